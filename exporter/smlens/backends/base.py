@@ -1,0 +1,40 @@
+"""The one small interface every data source implements."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from smlens.model import GpuIdentity, Reading
+
+
+class Backend(abc.ABC):
+    """A source of per-GPU readings.
+
+    Lifecycle: ``attach(gpus)`` once, then ``read(gpu, now)`` once per tick for each GPU it
+    serves, then ``close()``. ``now`` is the sampler's monotonic clock, in seconds.
+    ``read`` raises :class:`~smlens.errors.GpuLostError` when the GPU is gone and
+    :class:`~smlens.errors.BackendError` for any other failure of that GPU's read; values it
+    merely cannot read go into ``Reading.missing``.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        """Prepare to read these GPUs. Returns, per GPU uuid, None if served or why not."""
+
+    @abc.abstractmethod
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        """Read one GPU."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release resources."""
+
+
+class DeviceSource(Backend):
+    """A backend that can also enumerate the node's GPUs (nvml, sim)."""
+
+    @abc.abstractmethod
+    def discover(self) -> list[GpuIdentity]:
+        """List the GPUs of this node, in index order."""

@@ -1,0 +1,171 @@
+"""Immutable data that flows from backends through the sampler to the collector and the API.
+
+Backends return one :class:`Reading` per GPU per tick. The sampler folds readings into
+cumulative :class:`GpuState` objects and publishes them together as one :class:`Snapshot`.
+Absent values are absent keys, never zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
+UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
+SM_ACTIVE = "sm_active"
+SM_OCCUPANCY = "sm_occupancy"
+TENSOR_ACTIVE = "tensor_active"
+DRAM_ACTIVE = "dram_active"
+HMMA_ACTIVE = "hmma_active"
+FP64_ACTIVE = "fp64_active"
+FP32_ACTIVE = "fp32_active"
+FP16_ACTIVE = "fp16_active"
+PROFILING_ACTIVITIES = (
+    SM_ACTIVE,
+    SM_OCCUPANCY,
+    TENSOR_ACTIVE,
+    DRAM_ACTIVE,
+    HMMA_ACTIVE,
+    FP64_ACTIVE,
+    FP32_ACTIVE,
+    FP16_ACTIVE,
+)
+ACTIVITIES = (UTILIZATION, *PROFILING_ACTIVITIES)
+
+# Keys of Reading.gauges (base units).
+MEMORY_USED_BYTES = "memory_used_bytes"
+MEMORY_TOTAL_BYTES = "memory_total_bytes"
+POWER_WATTS = "power_watts"
+POWER_LIMIT_WATTS = "power_limit_watts"
+TEMPERATURE_CELSIUS = "temperature_celsius"
+MEMORY_TEMPERATURE_CELSIUS = "memory_temperature_celsius"
+SM_CLOCK_HERTZ = "sm_clock_hertz"
+MEMORY_CLOCK_HERTZ = "memory_clock_hertz"
+SM_CLOCK_MAX_HERTZ = "sm_clock_max_hertz"
+PCIE_TX_BYTES_PER_SECOND = "pcie_tx_bytes_per_second"
+PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
+NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
+NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
+
+# Keys of Reading.totals: counters the device keeps itself (monotonic until a driver reload).
+ENERGY_JOULES = "energy_joules"
+ECC_CORRECTED = "ecc_corrected_errors"
+ECC_UNCORRECTED = "ecc_uncorrected_errors"
+PCIE_REPLAYS = "pcie_replays"
+
+# Keys of Reading.increments: amounts smlens accumulates into its own counters.
+PCIE_TX_BYTES = "pcie_tx_bytes"
+PCIE_RX_BYTES = "pcie_rx_bytes"
+NVLINK_TX_BYTES = "nvlink_tx_bytes"
+NVLINK_RX_BYTES = "nvlink_rx_bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """``active_seconds`` of ``covered_seconds`` wall time; the mean ratio is their quotient."""
+
+    active_seconds: float
+    covered_seconds: float
+
+    @property
+    def ratio(self) -> float | None:
+        if self.covered_seconds <= 0:
+            return None
+        return self.active_seconds / self.covered_seconds
+
+    def __add__(self, other: Activity) -> Activity:
+        return Activity(
+            self.active_seconds + other.active_seconds, self.covered_seconds + other.covered_seconds
+        )
+
+    @staticmethod
+    def of(ratio: float, seconds: float) -> Activity:
+        """Activity for ``seconds`` spent at a constant ``ratio`` (clamped to 0..1)."""
+        return Activity(min(max(ratio, 0.0), 1.0) * seconds, seconds)
+
+
+ZERO_ACTIVITY = Activity(0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """What stays fixed about one GPU while the exporter runs."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    serial: str = ""
+    sm_count: int | None = None
+    compute_capability: str = ""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one backend read from one GPU during one tick.
+
+    ``activity`` holds time-weighted ratios for the interval the backend observed;
+    ``missing`` names values the backend could not read, with a short reason
+    (``not_supported``, ``no_permission``, ...).
+    """
+
+    source: str
+    gauges: Mapping[str, float] = EMPTY
+    activity: Mapping[str, Activity] = EMPTY
+    totals: Mapping[str, float] = EMPTY
+    increments: Mapping[str, float] = EMPTY
+    clock_events: Mapping[str, bool] = EMPTY
+    xid_events: Mapping[int, int] = EMPTY
+    missing: Mapping[str, str] = EMPTY
+    profiling: bool = False
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """Everything known about one GPU at the end of a tick, cumulative where it says so."""
+
+    identity: GpuIdentity
+    up: bool
+    gauges: Mapping[str, float]
+    activity_totals: Mapping[str, Activity]
+    totals: Mapping[str, float]
+    clock_events: Mapping[str, bool]
+    xid_totals: Mapping[int, int]
+    missing: Mapping[str, str]
+    profiling_source: str | None
+    profiling_reason: str
+    sources: tuple[str, ...]
+
+    def ratio(self, key: str) -> float | None:
+        """Latest value of an activity ratio (0..1), or None when unavailable."""
+        return self.gauges.get(key)
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """Health and cost of one backend, cumulative since start."""
+
+    name: str
+    up: bool
+    last_duration_seconds: float
+    duration_seconds_total: float
+    samples_total: int
+    errors_total: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One complete, immutable picture of the node, published once per tick."""
+
+    hostname: str
+    sequence: int
+    taken_at: float  # unix time at the end of the tick
+    interval_seconds: float
+    tick_duration_seconds: float
+    gpus: tuple[GpuState, ...]
+    backends: tuple[BackendStats, ...]

@@ -1,0 +1,81 @@
+"""Load the thresholds (the single source shared with the rules and the Helm chart) and judge a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smlens.errors import ConfigError
+
+_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    busy_utilization: float
+    hollow_sm_active: float
+    idle_utilization: float
+    working_sm_active: float
+    low_occupancy: float
+    tensor_busy: float
+    memory_bound_dram: float
+    window: str
+    hollow_for: str
+    low_occupancy_for: str
+    allocated_idle_for: str
+    profiling_unavailable_for: str
+    exporter_down_for: str
+    thermal_slowdown_for: str
+
+    def with_overrides(self, overrides: dict[str, Any], origin: str) -> Thresholds:
+        return _build({**dataclasses.asdict(self), **overrides}, origin)
+
+
+def _build(raw: Any, origin: str) -> Thresholds:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: thresholds must be a mapping of name to value.")
+    names = {f.name: f for f in dataclasses.fields(Thresholds)}
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        raise ConfigError(f"{origin}: unknown threshold {unknown[0]!r}; known: {', '.join(names)}.")
+    missing = sorted(set(names) - set(raw))
+    if missing:
+        raise ConfigError(f"{origin}: threshold {missing[0]!r} is missing.")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if names[name].type == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ConfigError(f"{origin}: threshold {name!r} must be a ratio from 0 to 1, got {value!r}.")
+            values[name] = float(value)
+        else:
+            if not isinstance(value, str) or not _DURATION.match(value):
+                raise ConfigError(
+                    f"{origin}: threshold {name!r} must be a Prometheus duration such as 15m, got {value!r}."
+                )
+            values[name] = value
+    return Thresholds(**values)
+
+
+def load(path: Path | None = None) -> Thresholds:
+    """The shipped thresholds, with the keys of the YAML file at ``path`` (if any) overriding them."""
+    shipped = yaml.safe_load(resources.files("smlens").joinpath("thresholds.yaml").read_text())
+    base = _build(shipped, "shipped thresholds.yaml")
+    if path is None:
+        return base
+    try:
+        overrides = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}.") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"thresholds file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    if overrides is None:
+        return base
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{path}: thresholds must be a mapping of name to value.")
+    return base.with_overrides(overrides, str(path))
