@@ -137,8 +137,9 @@ class GpuState:
     clock_events: Mapping[str, bool]
     xid_totals: Mapping[int, int]
     missing: Mapping[str, str]
-    profiling_source: str | None
-    profiling_reason: str
+    profiling_source: str | None  # the backend serving SM-level metrics for this GPU, if any
+    profiling_available: bool  # did that source deliver in the last tick
+    profiling_reason: str  # why profiling is unavailable, empty when it is
     sources: tuple[str, ...]
 
     def ratio(self, key: str) -> float | None:

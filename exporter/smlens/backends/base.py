@@ -19,6 +19,7 @@ class Backend(abc.ABC):
     """
 
     name: str
+    provides_profiling: bool = False  # does it deliver SM-level (profiling) activity
 
     @abc.abstractmethod
     def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:

@@ -1,0 +1,255 @@
+"""A deterministic simulated GPU node, for demos, tests and dashboards.
+
+Each GPU holds one steady profile by default (see :data:`DEFAULT_LAYOUT`), so users and tests can tell
+them apart; a scenario file makes them change over time. It is only ever used when asked for
+(``--backend sim``), never in place of missing hardware.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smlens import model as m
+from smlens.backends.base import DeviceSource
+from smlens.errors import ConfigError
+from smlens.model import Activity, GpuIdentity, Reading
+
+SIM_SM_COUNT = 132
+SIM_MEMORY_BYTES = 141 * 1024**3
+SIM_POWER_LIMIT_WATTS = 700.0
+SIM_MAX_SM_CLOCK_HERTZ = 1.98e9
+NOISE = 0.02
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A steady state of one simulated GPU. Ratios are 0..1."""
+
+    utilization: float
+    sm_active: float
+    sm_occupancy: float
+    tensor_active: float = 0.0
+    hmma_active: float = 0.0
+    dram_active: float = 0.0
+    fp64_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
+    memory_used_ratio: float = 0.0
+    pcie_bytes_per_second: float = 0.0
+    nvlink_bytes_per_second: float = 0.0
+
+
+PROFILES: Mapping[str, Profile] = {
+    # Measured shapes on an H200 (../shared/reference/h200-gpm-probe.md) guided these values.
+    "healthy": Profile(0.99, 0.96, 0.14, tensor_active=0.93, hmma_active=0.93, dram_active=0.17,
+                       fp32_active=0.05, memory_used_ratio=0.8, pcie_bytes_per_second=2e9,
+                       nvlink_bytes_per_second=50e9),
+    "hollow": Profile(0.98, 0.10, 0.03, tensor_active=0.02, hmma_active=0.02, dram_active=0.03,
+                      fp32_active=0.02, memory_used_ratio=0.5, pcie_bytes_per_second=1e8),
+    "single_sm": Profile(1.0, 1 / SIM_SM_COUNT, 1 / SIM_SM_COUNT / 64, memory_used_ratio=0.02),
+    "low_occupancy": Profile(0.99, 0.99, 0.016, fp32_active=0.3, memory_used_ratio=0.3),
+    "memory_bound": Profile(0.99, 0.99, 0.80, dram_active=0.88, fp32_active=0.1, memory_used_ratio=0.6,
+                            pcie_bytes_per_second=5e8),
+    "launch_bound": Profile(0.31, 0.12, 0.017, tensor_active=0.0025, hmma_active=0.0025,
+                            memory_used_ratio=0.1, pcie_bytes_per_second=1e7),
+    "idle": Profile(0.0, 0.0, 0.0),
+    "idle_memory_held": Profile(0.0, 0.0, 0.0, memory_used_ratio=0.7),
+}
+DEFAULT_LAYOUT = (
+    "healthy",
+    "hollow",
+    "single_sm",
+    "low_occupancy",
+    "memory_bound",
+    "launch_bound",
+    "idle",
+    "idle_memory_held",
+)
+
+
+@dataclass(frozen=True)
+class Phase:
+    profile: Profile
+    seconds: float  # how long the phase lasts before the next; phases loop
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Per GPU, the phases it goes through (one phase = steady)."""
+
+    gpus: tuple[tuple[Phase, ...], ...]
+
+    @staticmethod
+    def steady(count: int) -> Scenario:
+        return Scenario(
+            tuple((Phase(PROFILES[DEFAULT_LAYOUT[i % len(DEFAULT_LAYOUT)]], 0.0),) for i in range(count))
+        )
+
+
+def _profile(raw: Any, where: str) -> Profile:
+    if isinstance(raw, str):
+        raw = {"profile": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a profile name or a mapping, got {raw!r}.")
+    base_name = raw.get("profile", "idle")
+    if base_name not in PROFILES:
+        raise ConfigError(f"{where}: unknown profile {base_name!r}; known: {', '.join(PROFILES)}.")
+    overrides = {k: v for k, v in raw.items() if k not in ("profile", "seconds")}
+    fields = {f.name for f in dataclasses.fields(Profile)}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise ConfigError(f"{where}: unknown field {key!r}; known: profile, seconds, {', '.join(fields)}.")
+        ratio_field = not key.endswith("_per_second")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+            ratio_field and value > 1
+        ):
+            bound = "a ratio from 0 to 1" if ratio_field else "a non-negative number"
+            raise ConfigError(f"{where}: {key} must be {bound}, got {value!r}.")
+    return dataclasses.replace(PROFILES[base_name], **{k: float(v) for k, v in overrides.items()})
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read a scenario file: ``gpus:`` a list, one entry per GPU, each a profile or ``phases:``."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read scenario file {path}: {exc.strerror}.") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"scenario file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) or not raw["gpus"]:
+        raise ConfigError(f"scenario file {path} needs a non-empty list under 'gpus'.")
+    gpus: list[tuple[Phase, ...]] = []
+    for i, entry in enumerate(raw["gpus"]):
+        where = f"{path}: gpus[{i}]"
+        if isinstance(entry, dict) and "phases" in entry:
+            phases = entry["phases"]
+            if not isinstance(phases, list) or not phases:
+                raise ConfigError(f"{where}: 'phases' must be a non-empty list.")
+            built = []
+            for j, phase in enumerate(phases):
+                seconds = phase.get("seconds") if isinstance(phase, dict) else None
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+                    raise ConfigError(f"{where}.phases[{j}]: 'seconds' must be a positive number.")
+                built.append(Phase(_profile(phase, f"{where}.phases[{j}]"), float(seconds)))
+            gpus.append(tuple(built))
+        else:
+            gpus.append((Phase(_profile(entry, where), 0.0),))
+    return Scenario(tuple(gpus))
+
+
+class SimBackend(DeviceSource):
+    """Simulated node: GPU ``i`` follows ``scenario.gpus[i]``, with seeded noise of at most +/-0.02."""
+
+    name = "sim"
+    provides_profiling = True
+
+    def __init__(self, scenario: Scenario, seed: int = 0, hostname_hint: str = "sim") -> None:
+        self._scenario = scenario
+        self._seed = seed
+        self._namespace = uuid.uuid5(uuid.NAMESPACE_DNS, f"smlens-sim-{hostname_hint}-{seed}")
+        self._rng: dict[int, random.Random] = {}
+        self._start: float | None = None
+        self._last: dict[int, float] = {}
+        self._energy: dict[int, float] = {}
+
+    def discover(self) -> list[GpuIdentity]:
+        return [
+            GpuIdentity(
+                index=i,
+                uuid=f"GPU-{uuid.uuid5(self._namespace, str(i))}",
+                name="NVIDIA H200 (simulated)",
+                pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                driver_version="sim",
+                serial=f"SIM{self._seed:04d}{i:04d}",
+                sm_count=SIM_SM_COUNT,
+                compute_capability="9.0",
+            )
+            for i in range(len(self._scenario.gpus))
+        ]
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        for gpu in gpus:
+            self._rng[gpu.index] = random.Random(self._seed * 1_000_003 + gpu.index)
+            self._energy[gpu.index] = 0.0
+        return {gpu.uuid: None for gpu in gpus}
+
+    def profile_at(self, index: int, elapsed: float) -> Profile:
+        phases = self._scenario.gpus[index]
+        if len(phases) == 1:
+            return phases[0].profile
+        position = elapsed % sum(p.seconds for p in phases)
+        for phase in phases:
+            if position < phase.seconds:
+                return phase.profile
+            position -= phase.seconds
+        return phases[-1].profile
+
+    def _noisy(self, rng: random.Random, value: float) -> float:
+        if value == 0.0:
+            return 0.0
+        # Small values get proportionally small noise so that 1/132 stays recognisable.
+        amplitude = min(NOISE, value * 0.1)
+        return min(max(value + rng.uniform(-amplitude, amplitude), 0.0), 1.0)
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        if self._start is None:
+            self._start = now
+        rng = self._rng[gpu.index]
+        profile = self.profile_at(gpu.index, now - self._start)
+        last = self._last.get(gpu.index)
+        self._last[gpu.index] = now
+        dt = 0.0 if last is None else max(now - last, 0.0)
+        ratios = {
+            m.UTILIZATION: profile.utilization,
+            m.SM_ACTIVE: profile.sm_active,
+            m.SM_OCCUPANCY: profile.sm_occupancy,
+            m.TENSOR_ACTIVE: profile.tensor_active,
+            m.HMMA_ACTIVE: profile.hmma_active,
+            m.DRAM_ACTIVE: profile.dram_active,
+            m.FP64_ACTIVE: profile.fp64_active,
+            m.FP32_ACTIVE: profile.fp32_active,
+            m.FP16_ACTIVE: profile.fp16_active,
+        }
+        noisy = {key: self._noisy(rng, value) for key, value in ratios.items()}
+        activity = {key: Activity.of(value, dt) for key, value in noisy.items()} if dt > 0 else {}
+        busy = noisy[m.UTILIZATION]
+        power = 75.0 + (SIM_POWER_LIMIT_WATTS - 75.0) * (0.25 * busy + 0.75 * noisy[m.SM_ACTIVE]) * 0.9
+        self._energy[gpu.index] += power * dt
+        clock = SIM_MAX_SM_CLOCK_HERTZ if busy > 0 else 345e6
+        return Reading(
+            source=self.name,
+            gauges={
+                m.MEMORY_USED_BYTES: round(profile.memory_used_ratio * SIM_MEMORY_BYTES),
+                m.MEMORY_TOTAL_BYTES: float(SIM_MEMORY_BYTES),
+                m.POWER_WATTS: round(power, 1),
+                m.POWER_LIMIT_WATTS: SIM_POWER_LIMIT_WATTS,
+                m.TEMPERATURE_CELSIUS: round(30.0 + 40.0 * noisy[m.SM_ACTIVE] + 5.0 * busy),
+                m.MEMORY_TEMPERATURE_CELSIUS: round(32.0 + 30.0 * noisy[m.DRAM_ACTIVE] + 5.0 * busy),
+                m.SM_CLOCK_HERTZ: clock,
+                m.MEMORY_CLOCK_HERTZ: 2.619e9,
+                m.SM_CLOCK_MAX_HERTZ: SIM_MAX_SM_CLOCK_HERTZ,
+            },
+            activity=activity,
+            totals={
+                m.ENERGY_JOULES: self._energy[gpu.index],
+                m.ECC_CORRECTED: 0.0,
+                m.ECC_UNCORRECTED: 0.0,
+                m.PCIE_REPLAYS: 0.0,
+            },
+            increments={
+                m.PCIE_TX_BYTES: profile.pcie_bytes_per_second * dt / 2,
+                m.PCIE_RX_BYTES: profile.pcie_bytes_per_second * dt / 2,
+                m.NVLINK_TX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
+                m.NVLINK_RX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
+            },
+            clock_events={"gpu_idle": busy == 0.0, "sw_power_cap": False, "hw_thermal_slowdown": False},
+            profiling=True,
+        )
