@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
-
-EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 # Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
 UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
@@ -115,13 +111,13 @@ class Reading:
     """
 
     source: str
-    gauges: Mapping[str, float] = EMPTY
-    activity: Mapping[str, Activity] = EMPTY
-    totals: Mapping[str, float] = EMPTY
-    increments: Mapping[str, float] = EMPTY
-    clock_events: Mapping[str, bool] = EMPTY
-    xid_events: Mapping[int, int] = EMPTY
-    missing: Mapping[str, str] = EMPTY
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    activity: Mapping[str, Activity] = field(default_factory=dict)
+    totals: Mapping[str, float] = field(default_factory=dict)
+    increments: Mapping[str, float] = field(default_factory=dict)
+    clock_events: Mapping[str, bool] = field(default_factory=dict)
+    xid_events: Mapping[int, int] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)
     profiling: bool = False
 
 
