@@ -233,8 +233,8 @@ class Sampler:
             missing=MappingProxyType(missing),
             profiling_source=gpu.profiling_source,
             profiling_available=profiled_ok,
-            profiling_reason=gpu.profiling_reason or ("" if profiled_ok else missing.get(
-                gpu.profiling_source or "", "")),
+            profiling_reason=gpu.profiling_reason
+            or ("" if profiled_ok else missing.get(gpu.profiling_source or "", "")),
             sources=tuple(r.source for r in readings),
         )
 

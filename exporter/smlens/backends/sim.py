@@ -49,17 +49,43 @@ class Profile:
 
 PROFILES: Mapping[str, Profile] = {
     # Measured shapes on an H200 (../shared/reference/h200-gpm-probe.md) guided these values.
-    "healthy": Profile(0.99, 0.96, 0.14, tensor_active=0.93, hmma_active=0.93, dram_active=0.17,
-                       fp32_active=0.05, memory_used_ratio=0.8, pcie_bytes_per_second=2e9,
-                       nvlink_bytes_per_second=50e9),
-    "hollow": Profile(0.98, 0.10, 0.03, tensor_active=0.02, hmma_active=0.02, dram_active=0.03,
-                      fp32_active=0.02, memory_used_ratio=0.5, pcie_bytes_per_second=1e8),
+    "healthy": Profile(
+        0.99,
+        0.96,
+        0.14,
+        tensor_active=0.93,
+        hmma_active=0.93,
+        dram_active=0.17,
+        fp32_active=0.05,
+        memory_used_ratio=0.8,
+        pcie_bytes_per_second=2e9,
+        nvlink_bytes_per_second=50e9,
+    ),
+    "hollow": Profile(
+        0.98,
+        0.10,
+        0.03,
+        tensor_active=0.02,
+        hmma_active=0.02,
+        dram_active=0.03,
+        fp32_active=0.02,
+        memory_used_ratio=0.5,
+        pcie_bytes_per_second=1e8,
+    ),
     "single_sm": Profile(1.0, 1 / SIM_SM_COUNT, 1 / SIM_SM_COUNT / 64, memory_used_ratio=0.02),
     "low_occupancy": Profile(0.99, 0.99, 0.016, fp32_active=0.3, memory_used_ratio=0.3),
-    "memory_bound": Profile(0.99, 0.99, 0.80, dram_active=0.88, fp32_active=0.1, memory_used_ratio=0.6,
-                            pcie_bytes_per_second=5e8),
-    "launch_bound": Profile(0.31, 0.12, 0.017, tensor_active=0.0025, hmma_active=0.0025,
-                            memory_used_ratio=0.1, pcie_bytes_per_second=1e7),
+    "memory_bound": Profile(
+        0.99, 0.99, 0.80, dram_active=0.88, fp32_active=0.1, memory_used_ratio=0.6, pcie_bytes_per_second=5e8
+    ),
+    "launch_bound": Profile(
+        0.31,
+        0.12,
+        0.017,
+        tensor_active=0.0025,
+        hmma_active=0.0025,
+        memory_used_ratio=0.1,
+        pcie_bytes_per_second=1e7,
+    ),
     "idle": Profile(0.0, 0.0, 0.0),
     "idle_memory_held": Profile(0.0, 0.0, 0.0, memory_used_ratio=0.7),
 }
@@ -106,10 +132,15 @@ def _profile(raw: Any, where: str) -> Profile:
     fields = {f.name for f in dataclasses.fields(Profile)}
     for key, value in overrides.items():
         if key not in fields:
-            raise ConfigError(f"{where}: unknown field {key!r}; known: profile, seconds, {', '.join(fields)}.")
+            raise ConfigError(
+                f"{where}: unknown field {key!r}; known: profile, seconds, {', '.join(fields)}."
+            )
         ratio_field = not key.endswith("_per_second")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-            ratio_field and value > 1
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or value < 0
+            or (ratio_field and value > 1)
         ):
             bound = "a ratio from 0 to 1" if ratio_field else "a non-negative number"
             raise ConfigError(f"{where}: {key} must be {bound}, got {value!r}.")

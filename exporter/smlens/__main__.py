@@ -1,0 +1,5 @@
+import sys
+
+from smlens.cli import main
+
+sys.exit(main())

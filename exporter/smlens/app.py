@@ -1,0 +1,177 @@
+"""The HTTP face of the exporter. Every handler answers from the latest pre-rendered snapshot;
+none of them calls NVML, DCGM or the kubelet."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+
+from smlens import __version__
+from smlens.exposition import Exposition
+from smlens.model import GpuState, Snapshot
+from smlens.thresholds import Thresholds
+from smlens.verdict import judge
+
+# A snapshot older than this many intervals (and at least STALE_MIN_SECONDS) makes /-/ready fail.
+STALE_INTERVALS = 3
+STALE_MIN_SECONDS = 5.0
+
+
+class Publisher:
+    """Holds the latest exposition; the sampler's listener swaps it in once per tick."""
+
+    def __init__(self) -> None:
+        self.current: Exposition | None = None
+
+    def publish(self, snapshot: Snapshot) -> None:
+        self.current = Exposition(snapshot)
+
+
+def _accepts(header: str, token: str) -> bool:
+    """Does an Accept or Accept-Encoding header admit ``token`` (with q > 0)?"""
+    for part in header.split(","):
+        name, *params = (field.strip() for field in part.split(";"))
+        if name.lower() != token:
+            continue
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    return float(value) > 0
+                except ValueError:
+                    return False
+        return True
+    return False
+
+
+def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
+    g = gpu.gauges
+    verdict = (
+        judge(
+            thresholds,
+            g.get("utilization"),
+            g.get("sm_active"),
+            g.get("sm_occupancy"),
+            g.get("tensor_active"),
+            g.get("dram_active"),
+        )
+        if gpu.up
+        else None
+    )
+    ident = gpu.identity
+    return {
+        "index": ident.index,
+        "uuid": ident.uuid,
+        "model": ident.name,
+        "pci_bus_id": ident.pci_bus_id,
+        "sm_count": ident.sm_count,
+        "up": gpu.up,
+        "profiling": {
+            "available": gpu.profiling_available,
+            "source": gpu.profiling_source,
+            "reason": gpu.profiling_reason,
+        },
+        "verdict": None if verdict is None else {"code": verdict.code, "text": verdict.text},
+        "values": dict(g),
+        "missing": dict(gpu.missing),
+        "sources": list(gpu.sources),
+    }
+
+
+LANDING = """<!doctype html><html><head><meta charset="utf-8"><title>smlens</title></head>
+<body><h1>smlens {version}</h1><p>Node <b>{host}</b>: {count} GPU(s), sampled every {interval} s.</p>
+<ul><li><a href="metrics">/metrics</a> Prometheus metrics</li>
+<li><a href="api/v1/gpus">/api/v1/gpus</a> latest snapshot as JSON, with a verdict per GPU</li>
+<li><a href="-/healthy">/-/healthy</a> liveness</li><li><a href="-/ready">/-/ready</a> readiness</li></ul>
+</body></html>"""
+
+
+def create_app(
+    publisher: Publisher,
+    thresholds: Thresholds,
+    sampler_alive: Callable[[], bool],
+) -> FastAPI:
+    app = FastAPI(title="smlens", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def not_ready() -> str | None:
+        current = publisher.current
+        if current is None:
+            return "no complete sample yet"
+        limit = max(STALE_INTERVALS * current.snapshot.interval_seconds, STALE_MIN_SECONDS)
+        if current.age() > limit:
+            return f"latest snapshot is {current.age():.1f} s old (limit {limit:.1f} s): sampling stalled"
+        return None
+
+    @app.get("/metrics")
+    def metrics(request: Request) -> Response:
+        current = publisher.current
+        if current is None:
+            return PlainTextResponse("no complete sample yet\n", status_code=503)
+        reply = current.respond(
+            openmetrics=_accepts(request.headers.get("accept", ""), "application/openmetrics-text"),
+            gzip=_accepts(request.headers.get("accept-encoding", ""), "gzip"),
+        )
+        headers = (
+            {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+            if reply.gzipped
+            else {"Vary": "Accept-Encoding"}
+        )
+        return Response(reply.body, media_type=reply.content_type, headers=headers)
+
+    @app.get("/-/healthy")
+    def healthy() -> Response:
+        if not sampler_alive():
+            return PlainTextResponse("sampler thread is not running\n", status_code=503)
+        return PlainTextResponse("OK\n")
+
+    @app.get("/-/ready")
+    def ready() -> Response:
+        reason = not_ready()
+        if reason is not None:
+            return PlainTextResponse(reason + "\n", status_code=503)
+        return PlainTextResponse("OK\n")
+
+    @app.get("/api/v1/gpus")
+    def gpus(gpu: str | None = None) -> Response:
+        current = publisher.current
+        if current is None:
+            return JSONResponse({"error": "no complete sample yet"}, status_code=503)
+        snap = current.snapshot
+        selected = [g for g in snap.gpus if gpu is None or gpu in (str(g.identity.index), g.identity.uuid)]
+        if gpu is not None and not selected:
+            return JSONResponse({"error": f"no GPU with index or uuid {gpu!r} on this node"}, status_code=404)
+        return JSONResponse(
+            {
+                "hostname": snap.hostname,
+                "taken_at": snap.taken_at,
+                "age_seconds": current.age(),
+                "interval_seconds": snap.interval_seconds,
+                "gpus": [gpu_json(g, thresholds) for g in selected],
+                "backends": [
+                    {
+                        "name": b.name,
+                        "up": b.up,
+                        "last_duration_seconds": b.last_duration_seconds,
+                        "errors": dict(b.errors_total),
+                    }
+                    for b in snap.backends
+                ],
+            }
+        )
+
+    @app.get("/", response_class=HTMLResponse)
+    def landing() -> str:
+        current = publisher.current
+        snap = current.snapshot if current else None
+        return LANDING.format(
+            version=html.escape(__version__),
+            host=html.escape(snap.hostname if snap else "?"),
+            count=len(snap.gpus) if snap else 0,
+            interval=snap.interval_seconds if snap else "?",
+        )
+
+    return app

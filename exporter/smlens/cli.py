@@ -1,0 +1,108 @@
+"""The ``smlens`` command: ``serve`` runs the exporter, ``check`` judges this node once."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from smlens import __version__, thresholds
+from smlens.config import Settings, add_flags, resolve
+from smlens.errors import SmlensError
+
+log = logging.getLogger("smlens")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags get one line and exit 2, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"smlens: {message} (see '{self.prog} --help')\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="smlens", description="GPU SM activity and occupancy as Prometheus metrics.")
+    parser.add_argument("--version", action="version", version=f"smlens {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    serve = commands.add_parser("serve", help="run the exporter")
+    add_flags(serve, "serve")
+    check = commands.add_parser(
+        "check", help="sample this node for a few seconds and print a verdict per GPU"
+    )
+    add_flags(check, "check")
+    check.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    from smlens.app import Publisher, create_app
+    from smlens.runtime import build_sampler
+
+    limits = thresholds.load(settings.thresholds)
+    sampler = build_sampler(settings)
+    publisher = Publisher()
+    sampler.subscribe(publisher.publish)
+    sampler.tick()
+    sampler.start()
+    host, port = settings.listen
+    log.info(
+        "serving %d GPU(s) on http://%s:%d/metrics (backend %s, interval %.2f s)",
+        len(sampler.latest.gpus) if sampler.latest else 0,
+        host,
+        port,
+        settings.backend,
+        settings.interval,
+    )
+    app = create_app(publisher, limits, sampler.alive)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    finally:
+        sampler.close()
+    return 0 if server.started else 1
+
+
+def _check(settings: Settings, seconds: float, as_json: bool) -> int:
+    from smlens.check import render_json, render_table, report, sample
+    from smlens.runtime import build_sampler
+
+    if not 0.5 <= seconds <= 600:
+        raise SmlensError(f"--duration must be from 0.5 to 600 seconds, got {seconds}.")
+    limits = thresholds.load(settings.thresholds)
+    sampler = build_sampler(settings)
+    try:
+        first, last = sample(sampler, seconds)
+    finally:
+        sampler.close()
+    reports = report(first, last, limits)
+    print(render_json(settings.node_name, seconds, reports) if as_json else render_table(reports))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = resolve(args.command, vars(args))
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        if args.command == "serve":
+            return _serve(settings)
+        return _check(settings, args.duration, args.json)
+    except SmlensError as exc:
+        print(f"smlens: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

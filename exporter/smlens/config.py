@@ -1,0 +1,208 @@
+"""Settings from defaults < config file < environment (SMLENS_*) < flags, all checked in one place.
+
+Every option is declared once in :data:`OPTIONS`; the CLI flags, the environment variables and the
+config-file keys are derived from that table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smlens.errors import ConfigError
+
+DEFAULT_PORT = 10132
+
+Parser = Callable[[Any], Any]
+
+
+def _number(kind: type, low: float | None = None, high: float | None = None) -> Parser:
+    def parse(raw: Any) -> Any:
+        noun = "a whole number" if kind is int else "a number"
+        if isinstance(raw, bool):
+            raise ValueError(f"must be {noun}")
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be {noun}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ValueError(f"must be {bounds}")
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Parser:
+    def parse(raw: Any) -> str:
+        if raw not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return str(raw)
+
+    return parse
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError("must be a non-empty string")
+    return raw.strip()
+
+
+def _path(raw: Any) -> Path:
+    return Path(_text(raw))
+
+
+def _flag(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def parse_listen(raw: Any) -> tuple[str, int]:
+    text = _text(raw)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:10132")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # attribute name; flag is --name-with-dashes, env SMLENS_NAME
+    parse: Parser
+    default: Any
+    help: str
+    commands: tuple[str, ...] = ("serve", "check")
+    is_switch: bool = False
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "backend",
+        _choice("auto", "nvml", "sim"),
+        "auto",
+        "data source: auto (NVML plus GPM where supported), nvml (no profiling metrics) or sim",
+    ),
+    Option("listen", parse_listen, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT to serve on", ("serve",)),
+    Option("interval", _number(float, 0.1, 60.0), 1.0, "sampling interval in seconds (0.1-60)"),
+    Option(
+        "hostname",
+        _text,
+        None,
+        "node name for the hostname label (the Helm chart sets it from spec.nodeName); "
+        "default: the OS hostname",
+    ),
+    Option(
+        "energy_interval",
+        _number(float, 1.0, 3600.0),
+        15.0,
+        "seconds between reads of the energy counter (one read costs ~4 ms per GPU)",
+    ),
+    Option("sim_gpus", _number(int, 1, 64), 8, "number of simulated GPUs (--backend sim)"),
+    Option("sim_seed", _number(int, 0), 0, "seed of the simulated node's noise"),
+    Option("sim_scenario", _path, None, "YAML file of time-varying simulated GPU phases"),
+    Option("thresholds", _path, None, "YAML file overriding the shipped verdict thresholds"),
+    Option("log_level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+)
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: Mapping[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def node_name(self) -> str:
+        return str(self.values["hostname"] or socket.gethostname())
+
+
+def env_name(option: Option) -> str:
+    return "SMLENS_" + option.name.upper()
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (env SMLENS_CONFIG)")
+    for option in OPTIONS:
+        if command not in option.commands:
+            continue
+        flag = "--" + option.name.replace("_", "-")
+        if option.is_switch:
+            parser.add_argument(
+                flag,
+                action="store_const",
+                const=True,
+                default=None,
+                help=f"{option.help} (env {env_name(option)})",
+            )
+        else:
+            parser.add_argument(
+                flag,
+                default=None,
+                metavar=option.name.split("_")[-1].upper(),
+                help=f"{option.help} (default {option.default}; env {env_name(option)})",
+            )
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}.") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must be a mapping of option to value.")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name not in _BY_NAME:
+            raise ConfigError(f"config file {path}: unknown option {key!r}.")
+        values[name] = value
+    return values
+
+
+def resolve(command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Settings:
+    """Merge defaults, config file, environment and flags, validating every value."""
+    config_path = flags.get("config") or environ.get("SMLENS_CONFIG")
+    from_file = _read_config_file(Path(config_path)) if config_path else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if command not in option.commands:
+            continue
+        raw, origin = option.default, None
+        if option.name in from_file:
+            raw, origin = from_file[option.name], f"config file option {option.name!r}"
+        if env_name(option) in environ:
+            raw, origin = environ[env_name(option)], f"environment variable {env_name(option)}"
+        if flags.get(option.name) is not None:
+            raw, origin = flags[option.name], "--" + option.name.replace("_", "-")
+        if origin is None or raw is None:
+            values[option.name] = raw
+            continue
+        try:
+            values[option.name] = option.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{origin}: {raw!r} {exc}.") from None
+    if command == "serve" and isinstance(values["listen"], str):
+        values["listen"] = parse_listen(values["listen"])
+    return Settings(values)

@@ -1,0 +1,47 @@
+"""Plain-words verdicts on a GPU's activity, judged against the shared thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smlens.thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: str
+    text: str
+
+
+def judge(
+    t: Thresholds,
+    utilization: float | None,
+    sm_active: float | None,
+    occupancy: float | None,
+    tensor: float | None,
+    dram: float | None,
+) -> Verdict:
+    """Classify mean ratios (0..1) of one GPU over some window. None means unavailable."""
+    if utilization is None and sm_active is None:
+        return Verdict("unknown", "no data")
+    util = utilization or 0.0
+    if sm_active is None:
+        if util < t.idle_utilization:
+            return Verdict("idle", "idle (no kernels ran)")
+        return Verdict("no_profiling", "kernels ran, but SM activity is unavailable on this GPU")
+    if util < t.idle_utilization and sm_active < t.idle_utilization:
+        return Verdict("idle", "idle (no kernels ran)")
+    if util >= t.busy_utilization and sm_active <= t.hollow_sm_active:
+        return Verdict("hollow", "busy but SMs mostly idle: kernels too small or too few to fill the GPU")
+    if dram is not None and dram >= t.memory_bound_dram:
+        return Verdict("memory_bound", "memory-bound: DRAM bandwidth near its peak")
+    if (
+        sm_active >= t.working_sm_active
+        and occupancy is not None
+        and occupancy <= t.low_occupancy
+        and (tensor or 0.0) < t.tensor_busy
+    ):
+        return Verdict("low_occupancy", "SMs active but occupancy low: few warps per SM, latency not hidden")
+    if sm_active >= t.working_sm_active:
+        return Verdict("working", "working: SMs busy")
+    return Verdict("partial", "partly used: kernels run part of the time on part of the SMs")
