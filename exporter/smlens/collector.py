@@ -163,7 +163,9 @@ class SnapshotCollector(Collector):
         yield from (info, up, profiling)
 
         for key, name, help_text in (*RATIO_GAUGES, *PLAIN_GAUGES):
-            family: Metric = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
+            family: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(
+                name, help_text, labels=GPU_LABELS
+            )
             for gpu in gpus:
                 value = gpu.gauges.get(key)
                 if value is not None:

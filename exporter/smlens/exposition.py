@@ -18,7 +18,7 @@ from prometheus_client.openmetrics import exposition as openmetrics_format
 from smlens.collector import SnapshotCollector
 from smlens.model import Snapshot
 
-TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the format every Prometheus 2.x parses
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
 _AGE_HEADER = (
     b"# HELP smlens_snapshot_age_seconds Age of the served snapshot when this scrape was answered.\n"

@@ -1,0 +1,110 @@
+"""The shipped CLI, end to end: real processes, real HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+from conftest import ExporterFactory, require_tool, run_cli
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(base: str) -> tuple[float, dict[tuple[str, str], float]]:
+    text = httpx.get(base + "/metrics", timeout=5).text
+    values: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "gpu" in sample.labels and len(sample.labels) == 3:
+                values[(sample.name, sample.labels["gpu"])] = sample.value
+            elif not sample.labels:
+                values[(sample.name, "")] = sample.value
+    return values[("smlens_snapshot_timestamp_seconds", "")], values
+
+
+def test_serve_sim_counters_grow_at_the_rate_of_the_gauges(start_exporter: ExporterFactory) -> None:
+    base = start_exporter("--backend", "sim", "--interval", "0.2", "--hostname", "node-7")
+    t1, first = scrape(base)
+    time.sleep(2.0)
+    t2, second = scrape(base)
+    elapsed = t2 - t1
+    assert elapsed > 1.5
+    for gpu in map(str, range(8)):
+        covered = second[("gpu_profiled_seconds_total", gpu)] - first[("gpu_profiled_seconds_total", gpu)]
+        assert abs(covered - elapsed) < 0.05, (gpu, covered, elapsed)
+        active = second[("gpu_sm_active_seconds_total", gpu)] - first[("gpu_sm_active_seconds_total", gpu)]
+        gauge = second[("gpu_sm_active_ratio", gpu)]
+        assert abs(active / covered - gauge) <= 0.021, (gpu, active / covered, gauge)  # noise is +/-0.02
+    assert second[("gpu_sm_active_ratio", "2")] < 0.01 and second[("gpu_utilization_ratio", "2")] > 0.95
+    text = httpx.get(base + "/metrics").text
+    assert 'hostname="node-7"' in text
+
+
+def test_served_output_passes_promtool(start_exporter: ExporterFactory) -> None:
+    promtool = require_tool("promtool")
+    base = start_exporter("--backend", "sim", "--interval", "0.5")
+    body = httpx.get(base + "/metrics").content
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_settings_from_environment_and_config_file(start_exporter: ExporterFactory, tmp_path: Path) -> None:
+    config = tmp_path / "smlens.yaml"
+    config.write_text("backend: sim\nsim-gpus: 3\ninterval: 0.5\n")
+    base = start_exporter("--config", str(config), env={"SMLENS_HOSTNAME": "from-env"})
+    gpus = httpx.get(base + "/api/v1/gpus").json()
+    assert gpus["hostname"] == "from-env" and len(gpus["gpus"]) == 3
+    assert gpus["interval_seconds"] == 0.5
+
+
+def test_check_prints_a_verdict_per_gpu() -> None:
+    result = run_cli("check", "--backend", "sim", "--duration", "1", "--interval", "0.2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["GPU", "model", "util"]
+    assert "busy but SMs mostly idle" in lines[2]  # GPU 1, hollow
+    assert "busy but SMs mostly idle" in lines[3]  # GPU 2, one SM
+    assert "working" in lines[1] and "idle" in lines[7]
+    as_json = run_cli("check", "--backend", "sim", "--duration", "1", "--interval", "0.2", "--json")
+    payload = json.loads(as_json.stdout)
+    assert [g["verdict"]["code"] for g in payload["gpus"]][:3] == ["working", "hollow", "hollow"]
+    assert abs(payload["gpus"][2]["means"]["sm_active"] - 1 / 132) < 0.002
+
+
+def test_auto_backend_without_nvml_fails_with_one_sentence() -> None:
+    result = run_cli("check", "--duration", "1")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "NVML" in lines[0] and "--backend sim" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("interval: [1, 2")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("colour: red\n")
+    cases = [
+        (("serve", "--interval", "0"), 1, "--interval: '0' must be from 0.1 to 60.0"),
+        (("serve", "--interval", "fast"), 1, "must be a number"),
+        (("serve", "--backend", "cuda"), 1, "must be one of auto, nvml, sim"),
+        (("serve", "--listen", "nowhere"), 1, "must be HOST:PORT"),
+        (("serve", "--frobnicate"), 2, "unrecognized arguments: --frobnicate"),
+        (("serve", "--config", str(bad_yaml)), 1, "is not valid YAML"),
+        (("serve", "--config", str(unknown)), 1, "unknown option 'colour'"),
+        (("serve", "--config", str(tmp_path / "absent.yaml")), 1, "cannot read config file"),
+        (("check", "--backend", "sim", "--duration", "0"), 1, "--duration must be from 0.5 to 600"),
+        (("serve", "--backend", "sim", "--thresholds", str(unknown)), 1, "unknown threshold 'colour'"),
+    ]
+    for args, code, message in cases:
+        result = run_cli(*args)
+        assert result.returncode == code, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("smlens ")

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from smlens import model as m
+from smlens.backends.base import Backend, DeviceSource
+from smlens.backends.sim import Scenario, SimBackend
+from smlens.errors import BackendError, GpuLostError
+from smlens.model import Activity, GpuIdentity, Reading
+from smlens.sampler import Sampler
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Devices(DeviceSource):
+    """Two GPUs; utilization 0.5 over each interval; GPU 1 can be lost or fail."""
+
+    name = "dev"
+
+    def __init__(self) -> None:
+        self.lost: set[int] = set()
+        self.failing: set[int] = set()
+        self.last: dict[int, float] = {}
+
+    def discover(self) -> list[GpuIdentity]:
+        return [GpuIdentity(i, f"GPU-{i}", "Fake") for i in range(2)]
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {g.uuid: None for g in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        if gpu.index in self.lost:
+            raise GpuLostError("fell off the bus")
+        if gpu.index in self.failing:
+            raise BackendError("driver said no", reason="unknown_error")
+        dt = now - self.last.get(gpu.index, now)
+        self.last[gpu.index] = now
+        return Reading(
+            source=self.name,
+            gauges={m.POWER_WATTS: 100.0 + gpu.index},
+            activity={m.UTILIZATION: Activity.of(0.5, dt)} if dt else {},
+            missing={m.MEMORY_TEMPERATURE_CELSIUS: "not_supported"},
+        )
+
+
+class Profiler(Backend):
+    """Serves only GPU 0 with SM active 0.25; can be made to fail or to crash."""
+
+    name = "prof"
+    provides_profiling = True
+
+    def __init__(self, sm_active: float = 0.25) -> None:
+        self.sm_active = sm_active
+        self.fail = False
+        self.crash = False
+        self.last: float | None = None
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {g.uuid: None if g.index == 0 else "not supported on this GPU" for g in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        if self.crash:
+            raise ZeroDivisionError("a bug")
+        if self.fail:
+            raise BackendError("lost contact", reason="unreachable")
+        dt = 0.0 if self.last is None else now - self.last
+        self.last = now
+        activity = {m.SM_ACTIVE: Activity.of(self.sm_active, dt)} if dt else {}
+        return Reading(source=self.name, activity=activity, profiling=True)
+
+
+def make(prof: Profiler | None = None) -> tuple[Sampler, Devices, Clock]:
+    clock = Clock()
+    devices = Devices()
+    sampler = Sampler(
+        devices,
+        [prof] if prof else [],
+        hostname="node-a",
+        interval=1.0,
+        clock=clock,
+        wall=lambda: 1_700_000_000.0 + clock.now,
+    )
+    sampler.open()
+    return sampler, devices, clock
+
+
+def advance(sampler: Sampler, clock: Clock, seconds: float) -> m.Snapshot:
+    clock.now += seconds
+    return sampler.tick()
+
+
+def test_integrals_are_exact_over_uneven_ticks() -> None:
+    sampler, _, clock = make(Profiler())
+    sampler.tick()
+    for step in (0.3, 1.7, 2.0, 0.5):
+        snap = advance(sampler, clock, step)
+    gpu0 = snap.gpus[0]
+    assert gpu0.activity_totals[m.UTILIZATION] == Activity(pytest.approx(0.5 * 4.5), pytest.approx(4.5))
+    assert gpu0.activity_totals[m.SM_ACTIVE].active_seconds == pytest.approx(0.25 * 4.5)
+    assert gpu0.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    assert snap.sequence == 5 and snap.hostname == "node-a"
+
+
+def test_profiling_source_is_named_per_gpu_and_absent_metrics_stay_absent() -> None:
+    sampler, _, clock = make(Profiler())
+    sampler.tick()
+    snap = advance(sampler, clock, 1.0)
+    gpu0, gpu1 = snap.gpus
+    assert (gpu0.profiling_source, gpu0.profiling_available) == ("prof", True)
+    assert (gpu1.profiling_source, gpu1.profiling_available) == (None, False)
+    assert gpu1.profiling_reason == "prof: not supported on this GPU"
+    assert m.SM_ACTIVE not in gpu1.gauges and m.SM_ACTIVE not in gpu1.activity_totals
+    assert gpu1.missing[m.MEMORY_TEMPERATURE_CELSIUS] == "not_supported"
+
+
+def test_lost_gpu_goes_down_alone_and_keeps_its_counters() -> None:
+    sampler, devices, clock = make(Profiler())
+    sampler.tick()
+    before = advance(sampler, clock, 1.0).gpus[1].activity_totals[m.UTILIZATION]
+    devices.lost.add(1)
+    snap = advance(sampler, clock, 1.0)
+    assert [g.up for g in snap.gpus] == [True, False]
+    assert snap.gpus[1].activity_totals[m.UTILIZATION] == before
+    assert m.POWER_WATTS not in snap.gpus[1].gauges
+    devices.lost.clear()  # a lost GPU is not read again until restart
+    snap = advance(sampler, clock, 1.0)
+    assert snap.gpus[1].up is False
+    assert snap.gpus[0].activity_totals[m.UTILIZATION].covered_seconds == pytest.approx(3.0)
+    dev = next(b for b in snap.backends if b.name == "dev")
+    assert dev.errors_total == {"gpu_lost": 1}
+
+
+def test_failing_profiler_is_isolated_and_marked_down_then_recovers() -> None:
+    prof = Profiler()
+    sampler, _, clock = make(prof)
+    sampler.tick()
+    advance(sampler, clock, 1.0)
+    prof.fail = True
+    snap = advance(sampler, clock, 1.0)
+    gpu0 = snap.gpus[0]
+    assert gpu0.up and gpu0.gauges[m.UTILIZATION] == pytest.approx(0.5)
+    assert m.SM_ACTIVE not in gpu0.gauges  # not a stale value, not zero
+    assert gpu0.profiling_available is False and gpu0.missing["prof"] == "unreachable"
+    stats = {b.name: b for b in snap.backends}
+    assert stats["prof"].up is False and stats["prof"].errors_total == {"unreachable": 1}
+    assert stats["dev"].up is True
+    prof.fail = False
+    prof.crash = True
+    snap = advance(sampler, clock, 1.0)
+    assert {b.name: b for b in snap.backends}["prof"].errors_total == {"unreachable": 1, "unexpected": 1}
+    prof.crash = False
+    snap = advance(sampler, clock, 1.0)
+    assert snap.gpus[0].profiling_available and {b.name: b.up for b in snap.backends}["prof"]
+
+
+def test_device_failure_marks_gpu_down_but_not_lost() -> None:
+    sampler, devices, clock = make()
+    sampler.tick()
+    devices.failing.add(0)
+    assert advance(sampler, clock, 1.0).gpus[0].up is False
+    devices.failing.clear()
+    assert advance(sampler, clock, 1.0).gpus[0].up is True
+
+
+def test_ratio_without_new_coverage_keeps_last_value_from_same_source() -> None:
+    prof = Profiler()
+    sampler, _, clock = make(prof)
+    sampler.tick()
+    advance(sampler, clock, 1.0)
+    snap = advance(sampler, clock, 0.0)  # a tick with no elapsed time adds no coverage
+    assert snap.gpus[0].gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+
+
+def test_listeners_get_every_snapshot_and_thread_runs() -> None:
+    sampler = Sampler(SimBackend(Scenario.steady(2)), [], hostname="n", interval=0.1)
+    sampler.open()
+    seen: list[int] = []
+    sampler.subscribe(lambda snap: seen.append(snap.sequence))
+    sampler.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sampler.alive()
+    finally:
+        sampler.close()
+    assert seen[:3] == [1, 2, 3]
+    assert not sampler.alive()
