@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import ExporterFactory, require_tool, run_cli
 from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ExporterFactory, require_tool, run_cli
 
 
 def scrape(base: str) -> tuple[float, dict[tuple[str, str], float]]:

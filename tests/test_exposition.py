@@ -3,10 +3,10 @@ from __future__ import annotations
 import gzip
 import subprocess
 
-from conftest import require_tool
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from conftest import require_tool
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.exposition import Exposition
 from smlens.model import Snapshot
