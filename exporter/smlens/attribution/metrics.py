@@ -1,0 +1,114 @@
+"""Prometheus families for attribution, and the owner labels on per-GPU series.
+
+Called by the collector when it renders a snapshot (once per tick), never per scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from smlens.attribution.model import Attribution, WorkloadUsage
+from smlens.model import GpuIdentity
+
+OWNER_LABELS = ("namespace", "pod", "container")
+_GPU_LABELS = ("gpu", "uuid", "hostname")
+_WORKLOAD_LABELS = (*_GPU_LABELS, *OWNER_LABELS, "slurm_job")
+# Families that carry their own workload labels and so must not get a GPU's owner on top.
+_OWN_LABELS = ("gpu_allocation_info", "gpu_workload_")
+
+
+def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> Iterator[Metric]:
+    """Add namespace, pod and container to every sample of a GPU that exactly one container holds."""
+    owners: dict[str, dict[str, str]] = {}
+    for uuid in {a.gpu_uuid for a in attribution.allocations if a.gpu_uuid is not None}:
+        owner = attribution.sole_owner(uuid)
+        if owner is not None:
+            owners[uuid] = {"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
+    for family in families:
+        if owners and not family.name.startswith(_OWN_LABELS):
+            family.samples = [
+                sample._replace(labels={**sample.labels, **owners[sample.labels["uuid"]]})
+                if sample.labels.get("uuid") in owners
+                else sample
+                for sample in family.samples
+            ]
+        yield family
+
+
+def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: str) -> Iterator[Metric]:
+    """gpu_allocation_info, the gpu_workload_* families and the smlens_attribution_* self-metrics."""
+    index = {gpu.uuid: str(gpu.index) for gpu in gpus}
+    info = GaugeMetricFamily(
+        "gpu_allocation_info",
+        "1 for each container holding (part of) a GPU, from the kubelet or the sim layout. A device smlens "
+        'cannot place on a GPU of this node has gpu="" and its id as reported in uuid.',
+        labels=[*_GPU_LABELS, *OWNER_LABELS, "resource"],
+    )
+    rows = dict.fromkeys(
+        (
+            index.get(a.gpu_uuid, "") if a.gpu_uuid is not None else "",
+            a.gpu_uuid if a.gpu_uuid is not None else a.device,
+            hostname,
+            a.owner.namespace,
+            a.owner.pod,
+            a.owner.container,
+            a.resource,
+        )
+        for a in attribution.allocations
+    )
+    for row in rows:
+        info.add_metric(list(row), 1)
+    yield info
+
+    def workload_family(name: str, help_text: str, value_of: str) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, help_text, labels=_WORKLOAD_LABELS)
+        for usage in attribution.workloads:
+            value = getattr(usage, value_of)
+            if value is not None and usage.gpu_uuid in index:
+                family.add_metric(_workload_labels(usage, index[usage.gpu_uuid], hostname), value)
+        return family
+
+    yield workload_family(
+        "gpu_workload_memory_used_bytes",
+        "GPU memory used by the processes of one workload (pod container or Slurm job) on this GPU, "
+        "from NVML's process list. All labels empty: processes outside any pod, container or job.",
+        "memory_used_bytes",
+    )
+    yield workload_family(
+        "gpu_workload_utilization_ratio",
+        "NVML per-process utilization summed over the workload's processes: the share of the driver's "
+        "last sample period in which a kernel of theirs ran. Time-based like gpu_utilization_ratio; "
+        "NOT SM activity.",
+        "utilization",
+    )
+    yield workload_family(
+        "gpu_workload_processes", "Processes of the workload that hold a context on this GPU.", "processes"
+    )
+    up = GaugeMetricFamily(
+        "smlens_attribution_up",
+        "1 if the attribution source answered its last refresh; 0 drops the labels it gives.",
+        labels=["source"],
+    )
+    duration = GaugeMetricFamily(
+        "smlens_attribution_refresh_duration_seconds",
+        "Time the last refresh of the attribution source took.",
+        labels=["source"],
+    )
+    for state in attribution.sources:
+        up.add_metric([state.name], 1 if state.up else 0)
+        if state.refresh_seconds is not None:
+            duration.add_metric([state.name], state.refresh_seconds)
+    yield from (up, duration)
+    if attribution.refreshed_at is not None:
+        yield GaugeMetricFamily(
+            "smlens_attribution_refresh_timestamp_seconds",
+            "Unix time of the last attribution refresh.",
+            value=attribution.refreshed_at,
+        )
+
+
+def _workload_labels(usage: WorkloadUsage, gpu: str, hostname: str) -> list[str]:
+    w = usage.workload
+    return [gpu, usage.gpu_uuid, hostname, w.namespace, w.pod, w.container, w.slurm_job]
