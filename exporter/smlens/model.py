@@ -42,10 +42,6 @@ MEMORY_TEMPERATURE_CELSIUS = "memory_temperature_celsius"
 SM_CLOCK_HERTZ = "sm_clock_hertz"
 MEMORY_CLOCK_HERTZ = "memory_clock_hertz"
 SM_CLOCK_MAX_HERTZ = "sm_clock_max_hertz"
-PCIE_TX_BYTES_PER_SECOND = "pcie_tx_bytes_per_second"
-PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
-NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
-NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
 
 # Keys of Reading.totals: counters the device keeps itself (monotonic until a driver reload).
 ENERGY_JOULES = "energy_joules"

@@ -1,0 +1,1 @@
+"""Test doubles for the libraries smlens talks to."""

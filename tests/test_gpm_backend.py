@@ -1,0 +1,176 @@
+"""The gpm backend against a fake pynvml built from the real one (tests/fakes/fake_pynvml.py)."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from fakes.fake_pynvml import FakeGpu, FakeNode, install
+from smlens import model as m
+from smlens.backends.gpm import METRICS, NOT_SUPPORTED, GpmBackend
+from smlens.backends.nvml import NvmlBackend
+from smlens.backends.nvml_session import NvmlSession
+from smlens.errors import BackendError, GpuLostError
+from smlens.model import GpuIdentity, Reading
+
+MIB = 1 << 20
+SM = pynvml.NVML_GPM_METRIC_SM_UTIL
+OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+TENSOR = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+DRAM = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+PCIE_TX = pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+NVLINK_RX = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+
+
+def attached(node: FakeNode) -> tuple[GpmBackend, list[GpuIdentity], dict[str, str | None]]:
+    session = NvmlSession()
+    gpus = NvmlBackend(session).discover()
+    backend = GpmBackend(session)
+    return backend, gpus, backend.attach(gpus)
+
+
+def ratio_seconds(reading: Reading, key: str) -> tuple[float, float]:
+    activity = reading.activity[key]
+    return activity.active_seconds, activity.covered_seconds
+
+
+def test_first_read_only_takes_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 50.0}))
+    backend, (gpu,), _ = attached(node)
+    assert backend.read(gpu, now=10.0) == Reading(source="gpm", profiling=True)
+    assert node.gpu("GPU-a").calls["nvmlGpmSampleGet"] == 1 and node.metric_requests == []
+
+
+def test_each_read_covers_exactly_the_interval_since_the_previous(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a"))
+    fake = node.gpu("GPU-a")
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=100.0)
+    fake.gpm_rates = {SM: 50.0, OCCUPANCY: 12.5, TENSOR: 90.0, PCIE_TX: 1000.0, NVLINK_RX: 0.0}
+    node.advance(2.0)
+    first = backend.read(gpu, now=102.0)
+    fake.gpm_rates = {SM: 20.0, OCCUPANCY: 1.5625, DRAM: 88.0, PCIE_TX: 10.0, NVLINK_RX: 40_000.0}
+    node.advance(0.5)
+    second = backend.read(gpu, now=102.5)
+    assert ratio_seconds(first, m.SM_ACTIVE) == pytest.approx((1.0, 2.0))
+    assert ratio_seconds(first, m.SM_OCCUPANCY) == pytest.approx((0.25, 2.0))
+    assert ratio_seconds(first, m.TENSOR_ACTIVE) == pytest.approx((1.8, 2.0))
+    assert ratio_seconds(first, m.DRAM_ACTIVE) == (0.0, 2.0)
+    assert first.increments[m.PCIE_TX_BYTES] == pytest.approx(1000.0 * MIB * 2.0)
+    # Between the 2nd and 3rd samples only: a mix with the first interval would read 0.44 for SM active.
+    assert ratio_seconds(second, m.SM_ACTIVE) == pytest.approx((0.1, 0.5))
+    assert ratio_seconds(second, m.SM_OCCUPANCY) == pytest.approx((0.0078125, 0.5))
+    assert ratio_seconds(second, m.TENSOR_ACTIVE) == (0.0, 0.5)
+    assert ratio_seconds(second, m.DRAM_ACTIVE) == pytest.approx((0.44, 0.5))
+    assert second.increments[m.PCIE_TX_BYTES] == pytest.approx(10.0 * MIB * 0.5)
+    assert second.increments[m.NVLINK_RX_BYTES] == pytest.approx(40_000.0 * MIB * 0.5)
+    assert set(second.activity) == set(m.PROFILING_ACTIVITIES) and second.missing == {}
+    assert second.profiling and second.source == "gpm"
+
+
+def test_percent_is_clamped_to_a_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 100.4, OCCUPANCY: -0.1}))
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=0.0)
+    node.advance(1.0)
+    reading = backend.read(gpu, now=1.0)
+    assert ratio_seconds(reading, m.SM_ACTIVE) == (1.0, 1.0)
+    assert ratio_seconds(reading, m.SM_OCCUPANCY) == (0.0, 1.0)
+
+
+def test_graphics_util_is_never_requested(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a"))
+    backend, (gpu,), _ = attached(node)
+    for now in (1.0, 2.0, 3.0):
+        node.advance(1.0)
+        backend.read(gpu, now)
+    assert len(node.metric_requests) == 2
+    expected = [getattr(pynvml, name) for _, name in METRICS]
+    assert all(ids == expected for ids in node.metric_requests)
+    assert pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL not in expected
+
+
+def test_metric_errors_are_missing_with_their_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_nvlink = {
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: pynvml.NVML_ERROR_NOT_SUPPORTED,
+        NVLINK_RX: pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_GPM_METRIC_FP64_UTIL: pynvml.NVML_ERROR_NO_PERMISSION,
+    }
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 10.0}, gpm_metric_errors=no_nvlink))
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=0.0)
+    node.advance(1.0)
+    reading = backend.read(gpu, now=1.0)
+    assert reading.missing == {
+        m.NVLINK_TX_BYTES: "not_supported",
+        m.NVLINK_RX_BYTES: "not_supported",
+        m.FP64_ACTIVE: "no_permission",
+    }
+    assert m.FP64_ACTIVE not in reading.activity and m.NVLINK_TX_BYTES not in reading.increments
+    assert ratio_seconds(reading, m.SM_ACTIVE) == pytest.approx((0.1, 1.0))
+
+
+def test_gpm_unsupported_on_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(
+        monkeypatch,
+        FakeGpu("GPU-a"),
+        FakeGpu("GPU-b", name="NVIDIA A100-SXM4-80GB", gpm_supported=False),
+        FakeGpu("GPU-c", errors={"nvmlGpmQueryDeviceSupport": pynvml.NVML_ERROR_NOT_SUPPORTED}),
+        FakeGpu("GPU-d", errors={"nvmlGpmQueryDeviceSupport": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}),
+    )
+    backend, gpus, verdicts = attached(node)
+    assert verdicts == {
+        "GPU-a": None,
+        "GPU-b": NOT_SUPPORTED,
+        "GPU-c": NOT_SUPPORTED,
+        "GPU-d": "GPM not available: the NVIDIA driver is too old (GPM needs R520 or newer)",
+    }
+    assert NOT_SUPPORTED == "GPM not supported on this GPU (needs Hopper or newer)"
+    assert node.live_gpm_samples == 2  # only for the GPU it serves
+    with pytest.raises(BackendError) as caught:
+        backend.read(gpus[1], now=1.0)
+    assert caught.value.reason == "not_attached"
+    backend.read(gpus[0], now=1.0)
+
+
+def test_failed_sample_keeps_the_chain_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 40.0}))
+    fake = node.gpu("GPU-a")
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=0.0)
+    node.advance(1.0)
+    fake.errors["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_UNKNOWN
+    with pytest.raises(BackendError) as caught:
+        backend.read(gpu, now=1.0)
+    assert caught.value.reason == "unknown"
+    del fake.errors["nvmlGpmSampleGet"]
+    fake.gpm_rates = {SM: 100.0}
+    node.advance(1.0)
+    assert ratio_seconds(backend.read(gpu, now=2.0), m.SM_ACTIVE) == pytest.approx((1.4, 2.0))
+
+
+def test_lost_gpu_raises_for_that_gpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(
+        monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 10.0}), FakeGpu("GPU-b", gpm_rates={SM: 30.0})
+    )
+    backend, gpus, _ = attached(node)
+    for gpu in gpus:
+        backend.read(gpu, now=0.0)
+    node.advance(1.0)
+    node.gpu("GPU-a").lost = True
+    with pytest.raises(GpuLostError, match=r"^GPU 0 \(GPU-a\) is lost"):
+        backend.read(gpus[0], now=1.0)
+    assert ratio_seconds(backend.read(gpus[1], now=1.0), m.SM_ACTIVE) == pytest.approx((0.3, 1.0))
+
+
+def test_close_frees_the_samples_and_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a"), FakeGpu("GPU-b"))
+    session = NvmlSession()
+    backend = GpmBackend(session)
+    gpus = NvmlBackend(session).discover()
+    backend.attach(gpus)
+    backend.attach(gpus)  # attaching again replaces the samples rather than leaking them
+    assert node.live_gpm_samples == 4
+    backend.close()
+    assert node.live_gpm_samples == 0
+    assert node.initialized == 1  # the nvml backend that discovered still holds the session
