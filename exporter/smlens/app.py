@@ -147,6 +147,7 @@ def create_app(
         return JSONResponse(
             {
                 "hostname": snap.hostname,
+                "sequence": snap.sequence,
                 "taken_at": snap.taken_at,
                 "age_seconds": current.age(),
                 "interval_seconds": snap.interval_seconds,

@@ -258,6 +258,11 @@ class SnapshotCollector(Collector):
             "Duration of the last sampling tick, all backends and GPUs.",
             value=snap.tick_duration_seconds,
         )
+        yield CounterMetricFamily(
+            "smlens_sampler_cpu_seconds",
+            "CPU time the sampling thread used since start (reads, folding; rendering is not included).",
+            value=snap.sampler_cpu_seconds_total,
+        )
         yield GaugeMetricFamily(
             "smlens_sampling_interval_seconds", "Configured sampling interval.", value=snap.interval_seconds
         )

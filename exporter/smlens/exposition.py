@@ -1,4 +1,4 @@
-"""Pre-rendered /metrics bodies: rendered once per snapshot, served many times.
+"""Pre-rendered /metrics bodies: rendered at most once per snapshot and format, served many times.
 
 Only ``smlens_snapshot_age_seconds`` is computed per request (a string format), so that a stalled
 sampler shows as a growing age rather than as silently frozen numbers.
@@ -6,6 +6,7 @@ sampler shows as a growing age rather than as silently frozen numbers.
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -51,23 +52,39 @@ class Response:
 
 
 class Exposition:
-    """Renders a snapshot once in both formats and answers scrapes from the result."""
+    """Answers scrapes for one snapshot; each format is rendered at most once, on its first scrape.
+
+    Rendering lazily keeps an unscraped tick nearly free (Prometheus scrapes every 15-60 s while
+    the sampler ticks every second) and Prometheus asks for one format only.
+    """
 
     def __init__(self, snapshot: Snapshot, wall: Callable[[], float] = time.time) -> None:
         self.snapshot = snapshot
         self._wall = wall
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(SnapshotCollector(snapshot))
-        self._text = _Body(text_format.generate_latest(registry))
-        openmetrics: bytes = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
-        self._openmetrics = _Body(openmetrics.removesuffix(_EOF))
+        self._bodies: dict[bool, _Body] = {}
+        self._lock = threading.Lock()
+
+    def _render(self, openmetrics: bool) -> _Body:
+        with self._lock:
+            body = self._bodies.get(openmetrics)
+            if body is None:
+                registry = CollectorRegistry(auto_describe=False)
+                registry.register(SnapshotCollector(self.snapshot))
+                if openmetrics:
+                    rendered: bytes = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
+                    body = _Body(rendered.removesuffix(_EOF))
+                else:
+                    body = _Body(text_format.generate_latest(registry))
+                self._bodies[openmetrics] = body
+            return body
 
     def age(self) -> float:
         return max(self._wall() - self.snapshot.taken_at, 0.0)
 
     def respond(self, openmetrics: bool, gzip: bool) -> Response:
+        body = self._render(openmetrics)
         tail = _AGE_HEADER + f"smlens_snapshot_age_seconds {self.age():.3f}\n".encode()
-        body, content_type = self._text, TEXT_CONTENT_TYPE
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         if openmetrics:
-            body, content_type, tail = self._openmetrics, OPENMETRICS_CONTENT_TYPE, tail + _EOF
+            tail += _EOF
         return Response(body.gzipped(tail) if gzip else body.plain(tail), content_type, gzip)

@@ -160,5 +160,6 @@ class Snapshot:
     taken_at: float  # unix time at the end of the tick
     interval_seconds: float
     tick_duration_seconds: float
+    sampler_cpu_seconds_total: float  # CPU time of the sampling thread since start
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]

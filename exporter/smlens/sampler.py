@@ -76,6 +76,7 @@ class Sampler:
         self._wall = wall
         self._gpus: list[_GpuBook] = []
         self._sequence = 0
+        self._cpu_total = 0.0
         self._listeners: list[Listener] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,7 +117,7 @@ class Sampler:
         return gpus
 
     def tick(self) -> Snapshot:
-        started = self._clock()
+        started, cpu_started = self._clock(), time.thread_time()
         for book in self._books:
             book.last_duration = 0.0
         states = [self._sample_gpu(gpu) for gpu in self._gpus]
@@ -124,12 +125,14 @@ class Sampler:
             book.samples += 1
             book.duration_total += book.last_duration
         self._sequence += 1
+        self._cpu_total += time.thread_time() - cpu_started
         snapshot = Snapshot(
             hostname=self._hostname,
             sequence=self._sequence,
             taken_at=self._wall(),
             interval_seconds=self._interval,
             tick_duration_seconds=self._clock() - started,
+            sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
             backends=tuple(
                 BackendStats(

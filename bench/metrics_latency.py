@@ -1,0 +1,177 @@
+"""Benchmark: /metrics vs /-/healthy latency, and the sampler's CPU cost per tick per GPU.
+
+Starts the real exporter (``python -m smlens serve``) on the simulated node and measures, in one run:
+median and p99 latency of /metrics (plain and gzip, as Prometheus asks) and of /-/healthy over
+keep-alive HTTP on loopback, their ratio (target: /metrics median within 3x of /-/healthy), the
+exporter's CPU seconds per sampling tick per GPU while nobody scrapes, and its RSS.
+
+    python3 bench/metrics_latency.py [--gpus 8] [--requests 2000] [--interval 1.0] [--idle 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def latencies(client: httpx.Client, path: str, n: int, headers: dict[str, str]) -> list[float]:
+    for _ in range(50):
+        client.get(path, headers=headers)
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        response = client.get(path, headers=headers)
+        out.append(time.perf_counter() - start)
+        response.raise_for_status()
+    return out
+
+
+def summary(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def scalar(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds without scrapes for the CPU figure")
+    args = parser.parse_args()
+
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "smlens",
+            "serve",
+            "--backend",
+            "sim",
+            "--sim-gpus",
+            str(args.gpus),
+            "--interval",
+            str(args.interval),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + "/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                print("exporter did not become ready", file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+
+        time.sleep(2 * args.interval)
+        # The tick count comes from /api/v1/gpus, which renders no metrics, so the idle CPU figure
+        # holds the sampler (and the idle server) alone. /proc's CPU clock ticks at 10 ms: keep --idle long.
+        ticks0, cpu0 = httpx.get(base + "/api/v1/gpus").json()["sequence"], cpu_seconds(process.pid)
+        time.sleep(args.idle)
+        cpu1, ticks1 = cpu_seconds(process.pid), httpx.get(base + "/api/v1/gpus").json()["sequence"]
+        cpu_per_tick_gpu = (cpu1 - cpu0) / (ticks1 - ticks0) / args.gpus
+        text = httpx.get(base + "/metrics").text
+        ticks = scalar(text, "smlens_backend_samples_total")
+        sample_wall = scalar(text, "smlens_backend_sample_seconds_total") / ticks
+        sampler_cpu = scalar(text, "smlens_sampler_cpu_seconds_total") / ticks
+
+        with httpx.Client(base_url=base, timeout=10) as client:
+            plain = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "identity"})
+            gz = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "gzip"})
+            om = latencies(
+                client, "/metrics", args.requests, {"Accept-Encoding": "gzip", "Accept": PROMETHEUS_ACCEPT}
+            )
+            healthy = latencies(client, "/-/healthy", args.requests, {"Accept-Encoding": "identity"})
+            size = len(client.get("/metrics", headers={"Accept-Encoding": "identity"}).content)
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+        print(
+            f"exporter: sim node, {args.gpus} GPUs, interval {args.interval} s, "
+            f"{series} series, {size / 1024:.1f} KiB per plain scrape, RSS {rss_mib(process.pid):.1f} MiB"
+        )
+        print(f"{'endpoint':<28}{'median ms':>10}{'p99 ms':>10}")
+        for label, values in (
+            ("/metrics (plain)", plain),
+            ("/metrics (gzip)", gz),
+            ("/metrics (OpenMetrics+gzip)", om),
+            ("/-/healthy", healthy),
+        ):
+            median, p99 = summary(values)
+            print(f"{label:<28}{median * 1e3:>10.3f}{p99 * 1e3:>10.3f}")
+        ratio_plain = summary(plain)[0] / summary(healthy)[0]
+        ratio_gzip = summary(gz)[0] / summary(healthy)[0]
+        ratio_om = summary(om)[0] / summary(healthy)[0]
+        print(
+            f"ratio /metrics median / /-/healthy median: plain {ratio_plain:.2f}x, gzip {ratio_gzip:.2f}x, "
+            f"OpenMetrics+gzip {ratio_om:.2f}x "
+            f"(target <= 3x)"
+        )
+        print(
+            f"sampler thread: {sampler_cpu / args.gpus * 1e6:.0f} us CPU per tick per GPU; backend reads "
+            f"{sample_wall / args.gpus * 1e6:.0f} us wall per tick per GPU"
+        )
+        print(
+            f"whole process while nobody scrapes: {cpu_per_tick_gpu * 1e6:.0f} us CPU per tick per GPU "
+            f"({(cpu1 - cpu0) / args.idle * 1e3:.1f} ms CPU per second, HTTP server idle loop included; "
+            f"{ticks1 - ticks0} ticks)"
+        )
+        return 0 if max(ratio_plain, ratio_gzip, ratio_om) <= 3 else 2
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine (apt packages included),
+# then runs the linters, the type checker and the whole suite. .ci/run calls this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Debian's packages ship systemd units; nothing here relies on them, tests start their own processes.
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== ruff"; python3 -m ruff check . && python3 -m ruff format --check .
+echo "== mypy"; python3 -m mypy
+echo "== pytest"; python3 -m pytest -q -p no:cacheprovider "$@"
