@@ -1,0 +1,504 @@
+"""The DCGM backend: SM activity, occupancy, pipe activity and PCIe/NVLink traffic from DCGM's
+profiling fields, for GPUs without NVML GPM (Volta, Turing, Ampere, Ada).
+
+It talks to a running nv-hostengine (or, when asked, an embedded one), watches per GPU only fields
+that DCGM can count in one pass, and reads DCGM's latest sample once per tick. DCGM's values are
+averages over its own sample period, which smlens sets to its sampling interval; each read credits
+the latest sample to the whole time since the previous read of that GPU (see docs/dcgm.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from smlens import model as m
+from smlens.backends.base import Backend
+from smlens.backends.dcgm_bindings import DcgmBindings, load_bindings
+from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
+from smlens.model import Activity, GpuIdentity, Reading
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 5555
+DEFAULT_HOSTENGINE = f"localhost:{DEFAULT_PORT}"
+CONNECT_TIMEOUT_MS = 1000  # DCGM's default is 5 s, too long to block a sampling tick
+RECONNECT_FIRST_DELAY = 1.0
+RECONNECT_MAX_DELAY = 30.0
+STALE_AFTER_INTERVALS = 3  # a sample older than this many intervals is not credited again
+
+# DCGM field ids (the C ABI is stable; the Python constant names changed in DCGM 4.6).
+RATIO_FIELDS: Mapping[int, str] = MappingProxyType(
+    {
+        1002: m.SM_ACTIVE,  # DCGM_FI_PROF_SM_ACTIVE
+        1003: m.SM_OCCUPANCY,  # DCGM_FI_PROF_SM_OCCUPANCY
+        1004: m.TENSOR_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+        1005: m.DRAM_ACTIVE,  # DCGM_FI_PROF_DRAM_ACTIVE
+        1006: m.FP64_ACTIVE,  # DCGM_FI_PROF_PIPE_FP64_ACTIVE
+        1007: m.FP32_ACTIVE,  # DCGM_FI_PROF_PIPE_FP32_ACTIVE
+        1008: m.FP16_ACTIVE,  # DCGM_FI_PROF_PIPE_FP16_ACTIVE
+        1014: m.HMMA_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE
+    }
+)
+BYTE_RATE_FIELDS: Mapping[int, str] = MappingProxyType(
+    {
+        1009: m.PCIE_TX_BYTES,  # DCGM_FI_PROF_PCIE_TX_BYTES (bytes/s)
+        1010: m.PCIE_RX_BYTES,  # DCGM_FI_PROF_PCIE_RX_BYTES
+        1011: m.NVLINK_TX_BYTES,  # DCGM_FI_PROF_NVLINK_TX_BYTES
+        1012: m.NVLINK_RX_BYTES,  # DCGM_FI_PROF_NVLINK_RX_BYTES
+    }
+)
+WANTED_FIELDS: Mapping[int, str] = MappingProxyType({**RATIO_FIELDS, **BYTE_RATE_FIELDS})
+SM_ACTIVE_FIELD = 1002
+SM_OCCUPANCY_FIELD = 1003
+
+_names = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class HostengineAddress:
+    """Where nv-hostengine listens: ``host:port`` over TCP, or a unix socket path."""
+
+    target: str
+    unix_socket: bool = False
+
+    def __str__(self) -> str:
+        return f"unix://{self.target}" if self.unix_socket else self.target
+
+
+def parse_hostengine(text: str | None) -> HostengineAddress:
+    """``HOST[:PORT]`` (IPv6 in brackets), ``unix:///path`` or ``/path``; None means localhost:5555."""
+    if text is None:
+        return HostengineAddress(DEFAULT_HOSTENGINE)
+    text = text.strip()
+    if text.startswith("unix://") or text.startswith("/"):
+        path = text.removeprefix("unix://")
+        if not path.startswith("/"):
+            raise ConfigError(
+                f"DCGM hostengine socket {text!r} must be an absolute path such as unix:///run/dcgm.sock."
+            )
+        return HostengineAddress(path, unix_socket=True)
+    host, colon, port = text.rpartition(":")
+    if not colon or host.endswith(":"):  # no port, or a bare IPv6 address
+        host, port = text, str(DEFAULT_PORT)
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"DCGM hostengine {text!r} is not HOST:PORT (e.g. localhost:5555) or a unix socket path."
+        )
+    return HostengineAddress(f"{host}:{int(port)}")
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """One of DCGM's profiling metric groups: groups that share ``major`` exclude each other."""
+
+    major: int
+    minor: int
+    field_ids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    """The wanted fields one GPU can count in one pass, and why the others are unavailable."""
+
+    watched: tuple[int, ...]
+    unavailable: Mapping[str, str]
+
+
+def plan_fields(groups: Sequence[MetricGroup]) -> FieldPlan:
+    """Pick one metric group per major id so that DCGM never multiplexes: SM active first, then SM
+    occupancy, then as many wanted fields as possible."""
+    by_major: dict[int, list[MetricGroup]] = {}
+    for group in groups:
+        by_major.setdefault(group.major, []).append(group)
+
+    def covered(choice: Sequence[MetricGroup]) -> frozenset[int]:
+        return frozenset(itertools.chain.from_iterable(g.field_ids for g in choice)) & WANTED_FIELDS.keys()
+
+    def score(choice: Sequence[MetricGroup]) -> tuple[bool, bool, int]:
+        fields = covered(choice)
+        return SM_ACTIVE_FIELD in fields, SM_OCCUPANCY_FIELD in fields, len(fields)
+
+    best = max(itertools.product(*by_major.values()), key=score, default=())
+    watched = covered(best)
+    supported = covered(groups)
+    unavailable = {
+        key: "metric_group_conflict" if field_id in supported else "not_supported"
+        for field_id, key in WANTED_FIELDS.items()
+        if field_id not in watched
+    }
+    return FieldPlan(tuple(sorted(watched)), MappingProxyType(unavailable))
+
+
+@dataclass
+class _Watch:
+    """What smlens watches on one GPU in the current hostengine session."""
+
+    gpu_id: int
+    plan: FieldPlan
+    last_read: float | None = None
+    samples: dict[int, tuple[int, float]] = field(default_factory=dict)  # field -> (DCGM ts, seen at)
+
+
+@dataclass
+class _Session:
+    handle: Any
+    watches: dict[str, _Watch] = field(default_factory=dict)  # by GPU uuid
+    problems: dict[str, str] = field(default_factory=dict)  # by GPU uuid: why it is not watched
+
+
+class DcgmBackend(Backend):
+    """Reads DCGM profiling fields. ``address`` None means an embedded host engine."""
+
+    name = "dcgm"
+    provides_profiling = True
+
+    def __init__(self, bindings: DcgmBindings, address: HostengineAddress | None, interval: float) -> None:
+        self._b = bindings
+        self._address = address
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._session: _Session | None = None
+        self._gpus: list[GpuIdentity] = []
+        self._paused = False
+        self._retry_delay = RECONNECT_FIRST_DELAY
+        self._retry_at = 0.0
+
+    @property
+    def where(self) -> str:
+        return (
+            "an embedded DCGM host engine" if self._address is None else f"nv-hostengine at {self._address}"
+        )
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _code(self, exc: Exception) -> int:
+        return int(getattr(exc, "value", 0))
+
+    def _is_disconnect(self, exc: Exception) -> bool:
+        return self._code(exc) == int(self._b.structs.DCGM_ST_CONNECTION_NOT_VALID)
+
+    def _connect(self) -> Any:
+        agent, structs = self._b.agent, self._b.structs
+        if self._address is None:
+            return agent.dcgmStartEmbedded(structs.DCGM_OPERATION_MODE_AUTO)
+        params = structs.c_dcgmConnectV2Params_v2()
+        params.persistAfterDisconnect = 0  # the hostengine drops our groups and watches when we go
+        params.timeoutMs = CONNECT_TIMEOUT_MS
+        params.addressIsUnixSocket = 1 if self._address.unix_socket else 0
+        return agent.dcgmConnect_v2(self._address.target, params)
+
+    def _disconnect(self, handle: Any) -> None:
+        try:
+            if self._address is None:
+                self._b.agent.dcgmStopEmbedded(handle)
+            else:
+                self._b.agent.dcgmDisconnect(handle)
+        except self._b.structs.DCGMError as exc:
+            log.debug("closing the DCGM connection failed: %s", exc)
+
+    def connect(self) -> None:
+        """Open the first session; raises :class:`BackendUnavailable` with one sentence if it fails."""
+        with self._lock:
+            try:
+                self._session = _Session(self._connect())
+            except self._b.structs.DCGMError as exc:
+                hint = (
+                    "run smlens as root or use nv-hostengine"
+                    if self._address is None
+                    else "start it (systemctl start nvidia-dcgm) or pass --dcgm-hostengine / --dcgm-embedded"
+                )
+                raise BackendUnavailable(
+                    f"cannot use {self.where} ({exc}); {hint}.", reason="hostengine_unreachable"
+                ) from exc
+
+    def _drop(self, retry_at: float) -> None:
+        if self._session is not None:
+            self._disconnect(self._session.handle)
+            self._session = None
+        self._retry_at = retry_at
+
+    def _unreachable(self, exc: Exception | None) -> BackendError:
+        detail = f" ({exc})" if exc is not None else ""
+        return BackendError(f"lost {self.where}{detail}; reconnecting.", reason="hostengine_unreachable")
+
+    def _session_for(self, now: float) -> _Session:
+        """The live session, reconnecting (with backoff) when the hostengine went away."""
+        if self._session is not None:
+            return self._session
+        if now < self._retry_at:
+            raise self._unreachable(None)
+        try:
+            handle = self._connect()
+        except self._b.structs.DCGMError as exc:
+            self._retry_at = now + self._retry_delay
+            self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX_DELAY)
+            raise self._unreachable(exc) from exc
+        session = _Session(handle)
+        try:
+            self._setup(session, self._gpus)
+            if self._paused:
+                self._b.agent.dcgmProfPause(handle)  # a restarted hostengine forgot our pause
+        except self._b.structs.DCGMError as exc:
+            self._disconnect(handle)
+            self._retry_at = now + self._retry_delay
+            raise self._unreachable(exc) from exc
+        self._session = session
+        self._retry_delay = RECONNECT_FIRST_DELAY
+        log.info("reconnected to %s", self.where)
+        return session
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def _metric_groups(self, handle: Any, gpu_id: int) -> list[MetricGroup]:
+        reply = self._b.agent.dcgmProfGetSupportedMetricGroups(handle, gpu_id)
+        groups = []
+        for i in range(int(reply.numMetricGroups)):
+            raw = reply.metricGroups[i]
+            ids = frozenset(int(raw.fieldIds[j]) for j in range(int(raw.numFieldIds)))
+            groups.append(MetricGroup(int(raw.majorId), int(raw.minorId), ids))
+        return groups
+
+    def _why_no_profiling(self, exc: Exception) -> str:
+        structs = self._b.structs
+        code = self._code(exc)
+        if code in (structs.DCGM_ST_PROFILING_NOT_SUPPORTED, structs.DCGM_ST_NOT_SUPPORTED):
+            return "DCGM profiling is not supported on this GPU"
+        if code == structs.DCGM_ST_MODULE_NOT_LOADED:
+            return "the DCGM profiling module is not loaded in the hostengine"
+        if code == structs.DCGM_ST_REQUIRES_ROOT:
+            return "DCGM profiling needs the hostengine to run as root"
+        return f"DCGM cannot list profiling metrics for this GPU ({exc})"
+
+    def _setup(self, session: _Session, gpus: Sequence[GpuIdentity]) -> None:
+        """Plan and start the watches of every GPU; connection errors propagate."""
+        agent, structs = self._b.agent, self._b.structs
+        handle = session.handle
+        by_uuid: dict[str, int] = {}
+        for gpu_id in agent.dcgmGetAllDevices(handle):
+            uuid = agent.dcgmGetDeviceAttributes(handle, gpu_id).identifiers.uuid
+            by_uuid[uuid.decode(errors="replace").strip().lower()] = int(gpu_id)
+        planned: dict[tuple[int, ...], list[tuple[GpuIdentity, int, FieldPlan]]] = {}
+        for gpu in gpus:
+            gpu_id = by_uuid.get(gpu.uuid.strip().lower())
+            if gpu_id is None:
+                session.problems[gpu.uuid] = "DCGM does not see this GPU"
+                continue
+            try:
+                plan = plan_fields(self._metric_groups(handle, gpu_id))
+            except structs.DCGMError as exc:
+                if self._is_disconnect(exc):
+                    raise
+                session.problems[gpu.uuid] = self._why_no_profiling(exc)
+                continue
+            if not any(f in RATIO_FIELDS for f in plan.watched):
+                session.problems[gpu.uuid] = "DCGM offers no SM-level profiling field on this GPU"
+                continue
+            planned.setdefault(plan.watched, []).append((gpu, gpu_id, plan))
+        for field_ids, members in planned.items():
+            name = f"smlens-{os.getpid()}-{next(_names)}"
+            try:
+                group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, name)
+                for _, gpu_id, _ in members:
+                    agent.dcgmGroupAddDevice(handle, group, gpu_id)
+                field_group = agent.dcgmFieldGroupCreate(handle, list(field_ids), name)
+                agent.dcgmWatchFields(
+                    handle,
+                    group,
+                    field_group,
+                    round(self._interval * 1_000_000),
+                    max(30.0, 4 * self._interval),
+                    0,
+                )
+            except structs.DCGMError as exc:
+                if self._is_disconnect(exc):
+                    raise
+                for gpu, _, _ in members:
+                    session.problems[gpu.uuid] = f"DCGM refused to watch profiling fields ({exc})"
+                continue
+            for gpu, gpu_id, plan in members:
+                session.watches[gpu.uuid] = _Watch(gpu_id, plan)
+
+    # -- Backend interface ------------------------------------------------------------------
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        with self._lock:
+            self._gpus = list(gpus)
+            session = self._session
+            if session is None:
+                return {gpu.uuid: f"{self.where} is not connected" for gpu in gpus}
+            try:
+                self._setup(session, gpus)
+            except self._b.structs.DCGMError as exc:
+                self._drop(0.0)
+                return {gpu.uuid: f"{self.where} failed during setup ({exc})" for gpu in gpus}
+            verdicts: dict[str, str | None] = {}
+            for gpu in gpus:
+                watch = session.watches.get(gpu.uuid)
+                verdicts[gpu.uuid] = None if watch is not None else session.problems[gpu.uuid]
+                if watch is not None:
+                    log.info(
+                        "DCGM watches GPU %d as DCGM GPU %d: fields %s%s",
+                        gpu.index,
+                        watch.gpu_id,
+                        ", ".join(map(str, watch.plan.watched)),
+                        "".join(f"; {k} {why}" for k, why in sorted(watch.plan.unavailable.items())),
+                    )
+            return verdicts
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        with self._lock:
+            session = self._session_for(now)
+            watch = session.watches.get(gpu.uuid)
+            if watch is None:
+                why = session.problems.get(gpu.uuid, "not watched")
+                raise BackendError(f"DCGM no longer serves GPU {gpu.index}: {why}.", reason="not_watched")
+            try:
+                values = self._b.agent.dcgmEntityGetLatestValues(
+                    session.handle, self._b.fields.DCGM_FE_GPU, watch.gpu_id, list(watch.plan.watched)
+                )
+            except self._b.structs.DCGMError as exc:
+                code = self._code(exc)
+                if self._is_disconnect(exc):
+                    self._drop(now + self._retry_delay)
+                    raise self._unreachable(exc) from exc
+                if code == self._b.structs.DCGM_ST_GPU_IS_LOST:
+                    raise GpuLostError(f"DCGM reports GPU {gpu.index} lost.") from exc
+                raise BackendError(
+                    f"DCGM read of GPU {gpu.index} failed ({exc}).", reason="dcgm_error"
+                ) from exc
+            return self._reading(watch, values, now)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop(0.0)
+
+    # -- values -----------------------------------------------------------------------------
+
+    def _absent(self, value: Any) -> tuple[str | None, float]:
+        """(why a DCGM field value is absent, or None; its number). Blanks are DCGM's sentinels."""
+        structs, value_mod, fields = self._b.structs, self._b.value, self._b.fields
+        status = int(value.status)
+        if status != structs.DCGM_ST_OK:
+            reasons = {
+                structs.DCGM_ST_NO_DATA: "no_data",
+                structs.DCGM_ST_NOT_WATCHED: "not_watched",
+                structs.DCGM_ST_NOT_SUPPORTED: "not_supported",
+                structs.DCGM_ST_NO_PERMISSION: "no_permission",
+                structs.DCGM_ST_STALE_DATA: "stale",
+                structs.DCGM_ST_GPU_IS_LOST: "gpu_lost",
+            }
+            return reasons.get(status, "dcgm_error"), 0.0
+        kind = chr(int(value.fieldType))
+        raw: float | int
+        if kind == fields.DCGM_FT_DOUBLE:
+            raw = float(value.value.dbl)
+            blank = value_mod.DCGM_FP64_IS_BLANK(raw)
+            special = {
+                value_mod.DCGM_FP64_NOT_SUPPORTED: "not_supported",
+                value_mod.DCGM_FP64_NOT_PERMISSIONED: "no_permission",
+                value_mod.DCGM_FP64_NOT_FOUND: "not_found",
+            }
+        elif kind == fields.DCGM_FT_INT64:
+            raw = int(value.value.i64)
+            blank = value_mod.DCGM_INT64_IS_BLANK(raw)
+            special = {
+                value_mod.DCGM_INT64_NOT_SUPPORTED: "not_supported",
+                value_mod.DCGM_INT64_NOT_PERMISSIONED: "no_permission",
+                value_mod.DCGM_INT64_NOT_FOUND: "not_found",
+            }
+        else:
+            return "unexpected_type", 0.0
+        if blank:
+            return special.get(raw, "blank"), 0.0
+        return None, float(raw)
+
+    def _reading(self, watch: _Watch, values: Any, now: float) -> Reading:
+        span = 0.0 if watch.last_read is None else now - watch.last_read  # seconds since last read
+        watch.last_read = now
+        activity: dict[str, Activity] = {}
+        increments: dict[str, float] = {}
+        missing: dict[str, str] = dict(watch.plan.unavailable)
+        for value in values:
+            field_id = int(value.fieldId)
+            key = WANTED_FIELDS[field_id]
+            reason, number = self._absent(value)
+            if int(value.status) == self._b.structs.DCGM_ST_OK:
+                ts = int(value.ts)
+                seen = watch.samples.get(field_id)
+                if seen is None or seen[0] != ts:
+                    watch.samples[field_id] = (ts, now)
+                elif reason is None and now - seen[1] > STALE_AFTER_INTERVALS * self._interval:
+                    reason = "stale"
+            if self._paused:
+                reason = "profiling_paused"
+            elif reason is None and span <= 0:
+                reason = "warming_up"
+            if reason is not None:
+                missing[key] = reason
+            elif field_id in RATIO_FIELDS:
+                activity[key] = Activity.of(number, span)
+            else:
+                increments[key] = max(number, 0.0) * span
+        return Reading(
+            source=self.name,
+            activity=activity,
+            increments=increments,
+            missing=missing,
+            # Like gpm, the first read of a session only starts the interval yet counts as profiling.
+            profiling=not self._paused and (bool(activity) or span <= 0),
+        )
+
+    # -- profiling pause --------------------------------------------------------------------
+
+    def _control(self, pause: bool) -> None:
+        verb = "pause" if pause else "resume"
+        with self._lock:
+            session = self._session
+            if session is None:
+                raise self._unreachable(None)
+            call = self._b.agent.dcgmProfPause if pause else self._b.agent.dcgmProfResume
+            try:
+                call(session.handle)
+            except self._b.structs.DCGMError as exc:
+                code = self._code(exc)
+                if self._is_disconnect(exc):
+                    self._drop(0.0)
+                    raise self._unreachable(exc) from exc
+                if code == self._b.structs.DCGM_ST_NOT_SUPPORTED:
+                    raise BackendError(
+                        f"DCGM cannot {verb} profiling on this node ({exc}).", reason="not_supported"
+                    ) from exc
+                raise BackendError(f"DCGM failed to {verb} profiling ({exc}).", reason="dcgm_error") from exc
+            self._paused = pause
+            log.warning("DCGM profiling %s on %s", "paused" if pause else "resumed", self.where)
+
+    def pause_profiling(self) -> None:
+        """Release the GPUs' performance counters (for Nsight Compute and friends) hostengine-wide."""
+        self._control(pause=True)
+
+    def resume_profiling(self) -> None:
+        self._control(pause=False)
+
+
+def open_dcgm_backend(hostengine: str | None, embedded: bool, interval: float) -> DcgmBackend:
+    """Load the bindings and connect; raises :class:`BackendUnavailable` (or :class:`ConfigError`
+    for bad flags) with one sentence."""
+    if embedded and hostengine is not None:
+        raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
+    if not interval > 0:
+        raise ConfigError(f"the sampling interval must be a positive number of seconds, got {interval!r}.")
+    address = None if embedded else parse_hostengine(hostengine)
+    backend = DcgmBackend(load_bindings(), address, interval)
+    backend.connect()
+    return backend

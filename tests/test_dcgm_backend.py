@@ -1,0 +1,487 @@
+"""The DCGM backend against the DCGM test double (tests/fakes/fake_dcgm): no DCGM is installed here."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from smlens import model as m
+from smlens.backends import dcgm, gpm
+from smlens.backends.base import DeviceSource
+from smlens.backends.dcgm import (
+    DcgmBackend,
+    HostengineAddress,
+    MetricGroup,
+    open_dcgm_backend,
+    parse_hostengine,
+    plan_fields,
+)
+from smlens.backends.dcgm_bindings import BINDING_DIRS, load_bindings
+from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
+from smlens.model import Activity, GpuIdentity, Reading
+from smlens.sampler import Sampler
+
+FAKE_DIR = Path(__file__).resolve().parent / "fakes" / "fake_dcgm"
+BINDING_MODULES = ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue", "dcgm_fake_engine")
+INTERVAL = 1.0
+UUIDS = ("GPU-0a0a0a0a-0000-0000-0000-000000000000", "GPU-1b1b1b1b-1111-1111-1111-111111111111")
+# One DCGM sample of every wanted field: ratios 0..1, byte rates in bytes/s.
+SAMPLE: dict[int, float | int] = {
+    1002: 0.25,
+    1003: 0.125,
+    1004: 0.5,
+    1005: 0.375,
+    1006: 0.0,
+    1007: 0.0625,
+    1008: 0.03125,
+    1014: 0.4375,
+    1009: 2_000_000,
+    1010: 1_000_000,
+    1011: 40_000_000,
+    1012: 30_000_000,
+}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The fake DCGM modules on sys.path, with a fresh registry; yields ``dcgm_fake_engine``."""
+    monkeypatch.syspath_prepend(str(FAKE_DIR))
+    for name in BINDING_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and Path(module.__file__ or "").parent != FAKE_DIR:
+            monkeypatch.delitem(sys.modules, name)
+    engine_module = importlib.import_module("dcgm_fake_engine")
+    engine_module.reset()
+    yield engine_module
+    engine_module.reset()
+
+
+def gpus(count: int = 2) -> list[GpuIdentity]:
+    return [GpuIdentity(index=i, uuid=UUIDS[i], name="NVIDIA A100-SXM4-80GB") for i in range(count)]
+
+
+def start_engine(fake: ModuleType, *fake_gpus: Any, address: str = "localhost:5555") -> Any:
+    engine = fake.FakeHostengine(list(fake_gpus) or [fake.FakeGpu(UUIDS[0]), fake.FakeGpu(UUIDS[1])])
+    fake.REGISTRY.listen(engine, address)
+    return engine
+
+
+def attached(fake: ModuleType, engine: Any, count: int = 2) -> DcgmBackend:
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    verdicts = backend.attach(gpus(count))
+    assert verdicts == {uuid: None for uuid in UUIDS[:count]}
+    return backend
+
+
+def publish_all(engine: Any, sample: dict[int, float | int] = SAMPLE) -> None:
+    for index in range(len(engine.gpus)):
+        engine.publish(index, sample)
+
+
+def warm(backend: DcgmBackend, engine: Any, now: float, count: int = 2) -> None:
+    """The first read of a session only starts the interval."""
+    publish_all(engine)
+    for gpu in gpus(count):
+        first = backend.read(gpu, now)
+        assert first.activity == {}
+        assert set(first.missing.values()) <= {"warming_up", "metric_group_conflict", "not_supported"}
+
+
+# -- locating the bindings --------------------------------------------------------------------------
+
+
+def test_missing_bindings_are_one_sentence_naming_both_dcgm_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p).resolve() != FAKE_DIR])
+    for name in BINDING_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(BackendUnavailable) as caught:
+        open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    message = str(caught.value)
+    assert caught.value.reason == "bindings_missing"
+    assert all(directory in message for directory in BINDING_DIRS)
+    assert "--backend nvml" in message
+    assert message.endswith(".") and ". " not in message and "\n" not in message  # one sentence
+
+
+def test_bindings_found_in_a_dcgm_install_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p).resolve() != FAKE_DIR])
+    for name in BINDING_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    bindings = load_bindings(search_dirs=("/nonexistent/dcgm", str(FAKE_DIR)))
+    assert Path(bindings.agent.__file__ or "").parent == FAKE_DIR
+    assert str(FAKE_DIR) in sys.path
+
+
+def test_library_missing_is_reported_apart_from_bindings(fake: ModuleType) -> None:
+    fake.REGISTRY.library_present = False
+    with pytest.raises(BackendUnavailable, match="DCGM library could not be loaded") as caught:
+        open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert caught.value.reason == "library_missing"
+
+
+# -- connecting -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, HostengineAddress("localhost:5555")),
+        ("10.0.0.7", HostengineAddress("10.0.0.7:5555")),
+        ("node-1:5566", HostengineAddress("node-1:5566")),
+        ("[::1]:5555", HostengineAddress("[::1]:5555")),
+        ("unix:///run/nvidia-dcgm/dcgm.sock", HostengineAddress("/run/nvidia-dcgm/dcgm.sock", True)),
+        ("/tmp/dcgm.sock", HostengineAddress("/tmp/dcgm.sock", True)),
+    ],
+)
+def test_hostengine_addresses(text: str | None, expected: HostengineAddress) -> None:
+    assert parse_hostengine(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "host:", ":5555", "host:0", "host:70000", "host:http", "unix://rel"])
+def test_bad_hostengine_address_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_hostengine(text)
+    assert "\n" not in str(caught.value)
+
+
+def test_connection_refused(fake: ModuleType) -> None:
+    with pytest.raises(BackendUnavailable) as caught:
+        open_dcgm_backend("127.0.0.1:5599", embedded=False, interval=INTERVAL)
+    assert caught.value.reason == "hostengine_unreachable"
+    assert "nv-hostengine at 127.0.0.1:5599" in str(caught.value)
+    assert "not valid" in str(caught.value)  # DCGM's own words for a refused connection
+
+
+def test_unix_socket(fake: ModuleType) -> None:
+    start_engine(fake, address="unix:/run/dcgm.sock")
+    backend = open_dcgm_backend("unix:///run/dcgm.sock", embedded=False, interval=INTERVAL)
+    assert backend.attach(gpus()) == {uuid: None for uuid in UUIDS}
+
+
+def test_embedded_engine_only_when_asked(fake: ModuleType) -> None:
+    fake.REGISTRY.embedded = fake.FakeHostengine([fake.FakeGpu(UUIDS[0])])
+    with pytest.raises(BackendUnavailable):  # no hostengine listens: smlens must not start one itself
+        open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert "dcgmStartEmbedded" not in fake.REGISTRY.calls
+    backend = open_dcgm_backend(None, embedded=True, interval=INTERVAL)
+    assert backend.attach(gpus(1)) == {UUIDS[0]: None}
+    assert fake.REGISTRY.embedded.watched(0)
+    with pytest.raises(ConfigError):
+        open_dcgm_backend("localhost:5555", embedded=True, interval=INTERVAL)
+
+
+def test_watches_at_the_sampling_interval_and_leaves_no_trace(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = open_dcgm_backend(None, embedded=False, interval=2.5)
+    backend.attach(gpus())
+    frequencies = {freq for _, freq in engine.watches.values()}
+    assert frequencies == {2_500_000}
+    assert fake.REGISTRY.calls.count("dcgmGroupCreate") == 1  # identical GPUs share one group
+    backend.close()
+    assert engine.watches == {} and engine.groups == {} and engine.field_groups == {}
+    assert fake.REGISTRY.connections == {}
+
+
+# -- profiling metric groups ------------------------------------------------------------------------
+
+
+def test_plan_prefers_sm_active_then_occupancy_then_coverage() -> None:
+    groups = [
+        MetricGroup(0, 0, frozenset({1001, 1004, 1006, 1007, 1008, 1014})),  # more fields, no SM active
+        MetricGroup(0, 1, frozenset({1001, 1002})),
+        MetricGroup(0, 2, frozenset({1002, 1003})),
+        MetricGroup(1, 0, frozenset({1005})),
+    ]
+    plan = plan_fields(groups)
+    assert plan.watched == (1002, 1003, 1005)
+    assert plan.unavailable[m.TENSOR_ACTIVE] == "metric_group_conflict"
+    assert plan.unavailable[m.PCIE_TX_BYTES] == "not_supported"
+    assert m.SM_ACTIVE not in plan.unavailable
+
+
+def test_plan_without_groups_watches_nothing() -> None:
+    plan = plan_fields([])
+    assert plan.watched == ()
+    assert set(plan.unavailable.values()) == {"not_supported"}
+
+
+def test_one_pass_gpu_gives_the_gpm_metric_set(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=100.0)
+    publish_all(engine)
+    reading = backend.read(gpus()[0], now=101.5)
+    assert reading.source == "dcgm" and reading.profiling
+    assert set(reading.activity) == {key for key, _ in gpm.RATIO_METRICS}
+    assert set(reading.increments) == {key for key, _ in gpm.TRAFFIC_METRICS}
+    assert reading.missing == {}
+    for field_id, key in dcgm.RATIO_FIELDS.items():
+        assert reading.activity[key] == Activity(SAMPLE[field_id] * 1.5, 1.5)
+    for field_id, key in dcgm.BYTE_RATE_FIELDS.items():
+        assert reading.increments[key] == pytest.approx(SAMPLE[field_id] * 1.5)
+
+
+def test_multi_pass_gpu_watches_one_pass_and_names_the_rest(fake: ModuleType) -> None:
+    engine = start_engine(fake, fake.FakeGpu(UUIDS[0], fake.MULTI_PASS), fake.FakeGpu(UUIDS[1]))
+    backend = attached(fake, engine)  # the double fails any watch that would need two passes
+    assert engine.watched(0) == {1002, 1003, 1005, 1009, 1010, 1011, 1012}
+    assert fake.REGISTRY.calls.count("dcgmGroupCreate") == 2
+    warm(backend, engine, now=10.0)
+    publish_all(engine)
+    reading = backend.read(gpus()[0], now=11.0)
+    assert set(reading.activity) == {m.SM_ACTIVE, m.SM_OCCUPANCY, m.DRAM_ACTIVE}
+    for key in (m.TENSOR_ACTIVE, m.HMMA_ACTIVE, m.FP64_ACTIVE, m.FP32_ACTIVE, m.FP16_ACTIVE):
+        assert reading.missing[key] == "metric_group_conflict"
+
+
+def test_hmma_missing_where_dcgm_lacks_it(fake: ModuleType) -> None:
+    engine = start_engine(fake, fake.FakeGpu(UUIDS[0], fake.NO_HMMA))
+    backend = attached(fake, engine, count=1)
+    warm(backend, engine, now=10.0, count=1)
+    publish_all(engine)
+    reading = backend.read(gpus(1)[0], now=11.0)
+    assert reading.missing == {m.HMMA_ACTIVE: "not_supported"}
+    assert m.HMMA_ACTIVE not in reading.activity
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (-36, "DCGM profiling is not supported on this GPU"),  # DCGM_ST_PROFILING_NOT_SUPPORTED
+        (-6, "DCGM profiling is not supported on this GPU"),  # DCGM_ST_NOT_SUPPORTED
+        (-33, "the DCGM profiling module is not loaded in the hostengine"),  # DCGM_ST_MODULE_NOT_LOADED
+        (-29, "DCGM profiling needs the hostengine to run as root"),  # DCGM_ST_REQUIRES_ROOT
+    ],
+)
+def test_gpu_without_profiling_is_not_served_and_says_why(fake: ModuleType, code: int, reason: str) -> None:
+    start_engine(fake, fake.FakeGpu(UUIDS[0], profiling_error=code), fake.FakeGpu(UUIDS[1]))
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert backend.attach(gpus()) == {UUIDS[0]: reason, UUIDS[1]: None}
+
+
+def test_gpu_dcgm_does_not_see(fake: ModuleType) -> None:
+    start_engine(fake, fake.FakeGpu(UUIDS[1]))
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert backend.attach(gpus()) == {UUIDS[0]: "DCGM does not see this GPU", UUIDS[1]: None}
+
+
+def test_gpu_with_only_traffic_fields_is_not_served(fake: ModuleType) -> None:
+    start_engine(fake, fake.FakeGpu(UUIDS[0], ((0, 0, (1009, 1010)),)))
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert backend.attach(gpus(1)) == {UUIDS[0]: "DCGM offers no SM-level profiling field on this GPU"}
+
+
+# -- values -----------------------------------------------------------------------------------------
+
+
+def test_blank_values_are_missing_never_zero(fake: ModuleType) -> None:
+    import dcgmvalue
+
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=10.0)
+    blanks = {
+        **SAMPLE,
+        1002: dcgmvalue.DCGM_FP64_BLANK,
+        1003: dcgmvalue.DCGM_FP64_NOT_SUPPORTED,
+        1004: dcgmvalue.DCGM_FP64_NOT_PERMISSIONED,
+        1009: dcgmvalue.DCGM_INT64_BLANK,
+        1010: dcgmvalue.DCGM_INT64_NOT_SUPPORTED,
+    }
+    engine.publish(0, blanks)
+    reading = backend.read(gpus()[0], now=11.0)
+    assert reading.missing == {
+        m.SM_ACTIVE: "blank",
+        m.SM_OCCUPANCY: "not_supported",
+        m.TENSOR_ACTIVE: "no_permission",
+        m.PCIE_TX_BYTES: "blank",
+        m.PCIE_RX_BYTES: "not_supported",
+    }
+    assert not set(reading.missing) & (set(reading.activity) | set(reading.increments))
+    assert reading.activity[m.DRAM_ACTIVE] == Activity(0.375, 1.0)
+
+
+def test_no_sample_yet_is_missing(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    backend.read(gpus()[0], now=10.0)
+    reading = backend.read(gpus()[0], now=11.0)  # DCGM has not sampled yet: status NO_DATA
+    assert reading.activity == {} and reading.increments == {}
+    assert set(reading.missing.values()) == {"no_data"}
+    assert not reading.profiling
+
+
+def test_a_sample_dcgm_stopped_refreshing_goes_stale(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=10.0)
+    assert m.SM_ACTIVE in backend.read(gpus()[0], now=11.0).activity  # same sample, still fresh
+    assert m.SM_ACTIVE in backend.read(gpus()[0], now=13.0).activity
+    stale = backend.read(gpus()[0], now=14.5)  # > 3 intervals since the sample last changed
+    assert stale.missing[m.SM_ACTIVE] == "stale" and stale.activity == {}
+    publish_all(engine)
+    assert m.SM_ACTIVE in backend.read(gpus()[0], now=15.0).activity
+
+
+def test_gpu_lost(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    engine.gpus[1].lost = True
+    with pytest.raises(GpuLostError):
+        backend.read(gpus()[1], now=10.0)
+
+
+# -- hostengine restart -----------------------------------------------------------------------------
+
+
+def test_hostengine_restart_mid_run(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=10.0)
+    publish_all(engine)
+    assert backend.read(gpus()[0], now=11.0).activity
+    engine.restart()
+    assert engine.watched(0) == set()
+    with pytest.raises(BackendError) as caught:
+        backend.read(gpus()[0], now=12.0)
+    assert caught.value.reason == "hostengine_unreachable"
+    with pytest.raises(BackendError):  # the same tick's other GPU does not retry at once
+        backend.read(gpus()[1], now=12.0)
+    assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 1
+    reconnected = backend.read(gpus()[0], now=13.0)  # watches again; DCGM has no sample yet
+    assert engine.watched(0) == set(dcgm.WANTED_FIELDS)
+    assert reconnected.activity == {} and set(reconnected.missing.values()) == {"no_data"}
+    publish_all(engine)
+    reading = backend.read(gpus()[0], now=14.0)
+    assert reading.activity[m.SM_ACTIVE] == Activity(0.25, 1.0)  # not stretched over the outage
+
+
+def test_reconnect_backs_off_while_the_hostengine_is_down(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    engine.stop()
+    attempts = []
+    now = 100.0
+    while now < 200.0:
+        connects = fake.REGISTRY.calls.count("dcgmConnect_v2")
+        with pytest.raises(BackendError) as caught:
+            backend.read(gpus()[0], now)
+        assert caught.value.reason == "hostengine_unreachable"
+        if fake.REGISTRY.calls.count("dcgmConnect_v2") > connects:
+            attempts.append(now)
+        now += 0.5
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert gaps[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert max(gaps) == dcgm.RECONNECT_MAX_DELAY
+    engine.start()
+    while True:  # back within one backoff step
+        try:
+            backend.read(gpus()[0], now)
+            break
+        except BackendError:
+            now += 0.5
+    assert now - 200.0 <= dcgm.RECONNECT_MAX_DELAY
+    assert engine.watched(0) == set(dcgm.WANTED_FIELDS)
+
+
+class OneNode(DeviceSource):
+    """Stands in for the nvml device source: identities and utilization, no profiling."""
+
+    name = "node"
+
+    def __init__(self, identities: Sequence[GpuIdentity]) -> None:
+        self.identities = list(identities)
+
+    def discover(self) -> list[GpuIdentity]:
+        return self.identities
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {gpu.uuid: None for gpu in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return Reading(source=self.name, activity={m.UTILIZATION: Activity.of(1.0, INTERVAL)})
+
+
+def test_sampler_shows_dcgm_down_during_a_restart_and_recovers(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    now = [0.0]
+    sampler = Sampler(OneNode(gpus()), [backend], "node-a", INTERVAL, clock=lambda: now[0])
+    sampler.open()
+
+    def tick() -> Any:
+        publish_all(engine)
+        now[0] += INTERVAL
+        snapshot = sampler.tick()
+        dcgm_stats = next(b for b in snapshot.backends if b.name == "dcgm")
+        return snapshot.gpus[0], dcgm_stats
+
+    tick()
+    gpu, stats = tick()
+    assert stats.up and gpu.profiling_source == "dcgm" and gpu.profiling_available
+    assert gpu.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    engine.restart()
+    gpu, stats = tick()
+    assert not stats.up and stats.errors_total == {"hostengine_unreachable": 2}
+    assert m.SM_ACTIVE not in gpu.gauges and not gpu.profiling_available
+    assert gpu.gauges[m.UTILIZATION] == 1.0  # the other backend carries on
+    for _ in range(3):
+        gpu, stats = tick()
+    assert stats.up and gpu.profiling_available
+    assert gpu.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+
+
+# -- profiling pause --------------------------------------------------------------------------------
+
+
+def test_pause_and_resume(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=10.0)
+    backend.pause_profiling()
+    assert engine.paused and backend.paused
+    publish_all(engine)  # DCGM stores blanks while paused
+    paused = backend.read(gpus()[0], now=11.0)
+    assert paused.activity == {} and paused.increments == {}
+    assert paused.missing == {key: "profiling_paused" for key in dcgm.WANTED_FIELDS.values()}
+    assert not paused.profiling
+    backend.resume_profiling()
+    assert not engine.paused and not backend.paused
+    publish_all(engine)
+    resumed = backend.read(gpus()[0], now=12.0)
+    assert resumed.activity[m.SM_ACTIVE] == Activity(0.25, 1.0) and resumed.profiling
+
+
+def test_pause_survives_a_hostengine_restart(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    backend.pause_profiling()
+    engine.restart()
+    assert not engine.paused
+    with pytest.raises(BackendError):
+        backend.read(gpus()[0], now=10.0)
+    backend.read(gpus()[0], now=11.0)
+    assert engine.paused
+
+
+def test_pause_refused_on_a_gpm_node(fake: ModuleType) -> None:
+    start_engine(fake, fake.FakeGpu(UUIDS[0], gpm=True))
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    with pytest.raises(BackendError) as caught:
+        backend.pause_profiling()
+    assert caught.value.reason == "not_supported" and not backend.paused
+
+
+def test_pause_without_a_hostengine(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    engine.stop()
+    with pytest.raises(BackendError) as caught:
+        backend.pause_profiling()
+    assert caught.value.reason == "hostengine_unreachable" and not backend.paused
