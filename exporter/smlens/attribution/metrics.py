@@ -78,9 +78,9 @@ def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: st
     )
     yield workload_family(
         "gpu_workload_utilization_ratio",
-        "NVML per-process utilization summed over the workload's processes: the share of the driver's "
-        "last sample period in which a kernel of theirs ran. Time-based like gpu_utilization_ratio; "
-        "NOT SM activity.",
+        "NVML per-process utilization summed over the workload's processes (capped at 1): the share of "
+        "the last attribution refresh window in which a kernel of theirs ran. Time-based like "
+        "gpu_utilization_ratio; NOT SM activity.",
         "utilization",
     )
     yield workload_family(

@@ -51,8 +51,8 @@ class WorkloadUsage:
     """What the processes of one workload use on one GPU, summed over its processes.
 
     ``utilization`` is NVML's per-process utilization summed over the workload's processes
-    (0..1): the share of time a kernel of theirs ran, time-based like GPU utilization and
-    NOT a measure of SM activity. None when the driver does not report it.
+    (0..1, capped): the share of the refresh window in which a kernel of theirs ran, time-based
+    like GPU utilization and NOT a measure of SM activity. None when the driver does not report it.
     """
 
     gpu_uuid: str
