@@ -127,6 +127,7 @@ def main() -> int:
         sample_wall = scalar(text, "smlens_backend_sample_seconds_total") / ticks
         sampler_cpu = scalar(text, "smlens_sampler_cpu_seconds_total") / ticks
 
+        rss_before = rss_mib(process.pid)
         with httpx.Client(base_url=base, timeout=10) as client:
             plain = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "identity"})
             gz = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "gzip"})
@@ -139,7 +140,11 @@ def main() -> int:
 
         print(
             f"exporter: sim node, {args.gpus} GPUs, interval {args.interval} s, "
-            f"{series} series, {size / 1024:.1f} KiB per plain scrape, RSS {rss_mib(process.pid):.1f} MiB"
+            f"{series} series, {size / 1024:.1f} KiB per plain scrape"
+        )
+        print(
+            f"RSS {rss_before:.1f} MiB before the {4 * args.requests} timed requests, "
+            f"{rss_mib(process.pid):.1f} MiB after"
         )
         print(f"{'endpoint':<28}{'median ms':>10}{'p99 ms':>10}")
         for label, values in (

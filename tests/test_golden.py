@@ -1,0 +1,54 @@
+"""Golden-file test of the whole exposition for a fixed simulated node (node_exporter style).
+
+Regenerate after an intended change with ``SMLENS_UPDATE_GOLDEN=1 python3 -m pytest tests/test_golden.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from smlens.backends.sim import Scenario, SimBackend
+from smlens.exposition import Exposition
+from smlens.sampler import Sampler
+
+GOLDEN = Path(__file__).parent / "golden" / "sim_8gpu.prom"
+VOLATILE = (
+    "smlens_build_info{",
+    "smlens_tick_duration_seconds ",
+    "smlens_sampler_cpu_seconds_total ",
+    "smlens_backend_last_sample_duration_seconds{",
+    "smlens_backend_sample_seconds_total{",
+)
+
+
+def render() -> str:
+    now = [0.0]
+    sampler = Sampler(
+        SimBackend(Scenario.steady(8), seed=42),
+        [],
+        hostname="golden-node",
+        interval=1.0,
+        clock=lambda: now[0],
+        wall=lambda: 1_800_000_000.0 + now[0],
+    )
+    sampler.open()
+    for tick in range(4):
+        now[0] = float(tick)
+        snapshot = sampler.tick()
+    exposition = Exposition(snapshot, wall=lambda: 1_800_000_004.0)
+    text = exposition.respond(openmetrics=False, gzip=False).body.decode()
+    # Timing and runtime-version values differ per machine: keep the series, blank the value.
+    return "".join(
+        (line.rsplit(" ", 1)[0] + " <volatile>\n") if line.startswith(VOLATILE) else line + "\n"
+        for line in text.splitlines()
+    )
+
+
+def test_exposition_matches_golden_file() -> None:
+    rendered = render()
+    if os.environ.get("SMLENS_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(rendered)
+    assert rendered == GOLDEN.read_text()
