@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,8 +11,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from smlens import model as m
+from smlens.admin import profiling_router
 from smlens.backends import dcgm, gpm
 from smlens.backends.base import DeviceSource
 from smlens.backends.dcgm import (
@@ -376,7 +380,7 @@ def test_reconnect_backs_off_while_the_hostengine_is_down(fake: ModuleType) -> N
         if fake.REGISTRY.calls.count("dcgmConnect_v2") > connects:
             attempts.append(now)
         now += 0.5
-    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
     assert max(gaps) == dcgm.RECONNECT_MAX_DELAY
     engine.start()
@@ -485,3 +489,19 @@ def test_pause_without_a_hostengine(fake: ModuleType) -> None:
     with pytest.raises(BackendError) as caught:
         backend.pause_profiling()
     assert caught.value.reason == "hostengine_unreachable" and not backend.paused
+
+
+def test_pause_through_the_admin_endpoint(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    app = FastAPI()
+    app.include_router(profiling_router(backend, "token-for-the-dcgm-test"))
+    http = TestClient(app)
+    auth = {"Authorization": "Bearer token-for-the-dcgm-test"}
+    assert http.post("/admin/profiling/pause", headers=auth).json() == {"paused": True}
+    assert engine.paused
+    assert http.post("/admin/profiling/resume", headers=auth).json() == {"paused": False}
+    assert not engine.paused
+    engine.gpus[0].gpm = True
+    refused = http.post("/admin/profiling/pause", headers=auth)
+    assert refused.status_code == 409 and refused.json()["reason"] == "not_supported"

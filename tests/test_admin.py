@@ -1,0 +1,81 @@
+"""The admin router: bearer-token auth, and how profiling pause/resume outcomes map to HTTP."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from smlens.admin import profiling_router
+from smlens.errors import BackendError, ConfigError
+
+TOKEN = "s3cret-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class Control:
+    """Records calls; fails with ``error`` when set."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.calls: list[str] = []
+        self.error: BackendError | None = None
+
+    def _do(self, pause: bool) -> None:
+        self.calls.append("pause" if pause else "resume")
+        if self.error is not None:
+            raise self.error
+        self.paused = pause
+
+    def pause_profiling(self) -> None:
+        self._do(True)
+
+    def resume_profiling(self) -> None:
+        self._do(False)
+
+
+def client(control: Control) -> TestClient:
+    app = FastAPI()
+    app.include_router(profiling_router(control, TOKEN))
+    return TestClient(app)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": f"Basic {TOKEN}"}],
+)
+def test_every_call_needs_the_token(headers: dict[str, str]) -> None:
+    control = Control()
+    http = client(control)
+    for method, path in (("GET", ""), ("POST", "/pause"), ("POST", "/resume")):
+        reply = http.request(method, f"/admin/profiling{path}", headers=headers)
+        assert reply.status_code == 401
+        assert reply.headers["www-authenticate"] == "Bearer"
+        assert "Bearer" in reply.json()["error"]
+    assert control.calls == []
+
+
+def test_pause_then_resume() -> None:
+    control = Control()
+    http = client(control)
+    assert http.get("/admin/profiling", headers=AUTH).json() == {"paused": False}
+    reply = http.post("/admin/profiling/pause", headers=AUTH)
+    assert reply.status_code == 200 and reply.json() == {"paused": True}
+    assert http.get("/admin/profiling", headers=AUTH).json() == {"paused": True}
+    assert http.post("/admin/profiling/resume", headers=AUTH).json() == {"paused": False}
+    assert control.calls == ["pause", "resume"]
+
+
+@pytest.mark.parametrize(("reason", "status"), [("not_supported", 409), ("hostengine_unreachable", 503)])
+def test_backend_failures_are_one_sentence_and_a_status(reason: str, status: int) -> None:
+    control = Control()
+    control.error = BackendError("DCGM cannot pause profiling on this node.", reason=reason)
+    reply = client(control).post("/admin/profiling/pause", headers=AUTH)
+    assert reply.status_code == status
+    assert reply.json() == {"error": "DCGM cannot pause profiling on this node.", "reason": reason}
+    assert not control.paused
+
+
+def test_weak_token_is_refused() -> None:
+    with pytest.raises(ConfigError, match="at least 16 characters"):
+        profiling_router(Control(), "short")
