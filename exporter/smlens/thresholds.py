@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,24 @@ import yaml
 from smlens.errors import ConfigError
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+_URL = re.compile(r"^https?://\S+$")
+
+
+def _is_regex(value: str) -> bool:
+    if not value:
+        return False
+    try:
+        re.compile(value)
+    except re.error:
+        return False
+    return True
+
+
+# Fields that are neither ratios nor durations: how to check them and what they must be.
+_TEXT_FIELDS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "exporter_job": (_is_regex, "a regular expression for the Prometheus job label of smlens targets"),
+    "runbook_base_url": (lambda value: bool(_URL.match(value)), "an http(s) URL without spaces"),
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +51,9 @@ class Thresholds:
     profiling_unavailable_for: str
     exporter_down_for: str
     thermal_slowdown_for: str
+    hardware_error_for: str
+    exporter_job: str
+    runbook_base_url: str
 
     def with_overrides(self, overrides: dict[str, Any], origin: str) -> Thresholds:
         return _build({**dataclasses.asdict(self), **overrides}, origin)
@@ -53,6 +75,11 @@ def _build(raw: Any, origin: str) -> Thresholds:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"{origin}: threshold {name!r} must be a ratio from 0 to 1, got {value!r}.")
             values[name] = float(value)
+        elif name in _TEXT_FIELDS:
+            check, expected = _TEXT_FIELDS[name]
+            if not isinstance(value, str) or not check(value):
+                raise ConfigError(f"{origin}: threshold {name!r} must be {expected}, got {value!r}.")
+            values[name] = value
         else:
             if not isinstance(value, str) or not _DURATION.match(value):
                 raise ConfigError(

@@ -1,0 +1,52 @@
+"""``python -m smlens.bundle rules|dashboards --out DIR [--thresholds FILE]``: write the bundle's files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from smlens import thresholds
+from smlens.bundle import dashboards, rules
+from smlens.errors import SmlensError
+from smlens.thresholds import Thresholds
+
+GENERATORS: Mapping[str, Callable[[Thresholds], dict[str, str]]] = {
+    "rules": rules.rule_files,
+    "dashboards": dashboards.dashboard_files,
+}
+
+
+def write(directory: Path, files: Mapping[str, str]) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (directory / name).write_text(text)
+    except OSError as exc:
+        raise SmlensError(f"cannot write to {directory}: {exc.strerror}.") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m smlens.bundle", description="Write smlens' Prometheus rules or Grafana dashboards."
+    )
+    parser.add_argument("what", choices=sorted(GENERATORS), help="which part of the bundle to write")
+    parser.add_argument("--out", type=Path, required=True, help="directory to write the files into")
+    parser.add_argument(
+        "--thresholds", type=Path, help="YAML file whose keys override the shipped thresholds"
+    )
+    args = parser.parse_args(argv)
+    try:
+        files = GENERATORS[args.what](thresholds.load(args.thresholds))
+        write(args.out, files)
+    except SmlensError as exc:
+        print(f"smlens.bundle: {exc}", file=sys.stderr)
+        return 1
+    for name in files:
+        print(args.out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""A small typed builder for classic Grafana dashboard JSON (the model with ``panels``).
+
+It targets Grafana 11 (``schemaVersion`` 39; Grafana migrates it forward on import) and writes only
+what the panels use. Every query goes to the dashboard's ``datasource`` variable, so the files import
+into any Grafana without ``__inputs`` mapping.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 39
+GRID_WIDTH = 24
+DATASOURCE: Mapping[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+TAG = "smlens"
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL target. ``instant`` queries evaluate once at the end of the range (tables, stats)."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+@dataclass(frozen=True)
+class Panel:
+    kind: str  # Grafana panel type: timeseries, stat, table, bargauge, xychart, state-timeline
+    title: str
+    description: str
+    queries: Sequence[Query]
+    unit: str = "none"
+    width: int = 12
+    height: int = 8
+    ratio: bool = False  # a 0..1 value: percent unit, axis from 0 to 1
+    steps: Sequence[tuple[float | None, str]] = ()  # threshold colours, the first from -inf (None)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    custom: Mapping[str, Any] = field(default_factory=dict)  # fieldConfig.defaults.custom
+    transformations: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: Sequence[Panel]
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A query variable over label values; ``query`` is a ``label_values(...)`` expression."""
+
+    name: str
+    label: str
+    query: str
+    multi: bool = False
+
+
+def _target(query: Query, ref: str, table: bool) -> JSON:
+    target: JSON = {
+        "refId": ref,
+        "datasource": dict(DATASOURCE),
+        "editorMode": "code",
+        "expr": query.expr,
+        "legendFormat": query.legend or "__auto",
+        "range": not query.instant,
+        "instant": query.instant,
+    }
+    if table:
+        target["format"] = "table"
+    return target
+
+
+def _thresholds(steps: Sequence[tuple[float | None, str]]) -> JSON:
+    chosen = steps or ((None, "green"),)
+    return {"mode": "absolute", "steps": [{"color": colour, "value": value} for value, colour in chosen]}
+
+
+def _panel(panel: Panel, panel_id: int, x: int, y: int) -> JSON:
+    defaults: JSON = {"unit": "percentunit" if panel.ratio else panel.unit}
+    if panel.ratio:
+        defaults.update(min=0, max=1)
+    defaults["thresholds"] = _thresholds(panel.steps)
+    if panel.steps:
+        defaults["color"] = {"mode": "thresholds"}
+    if panel.custom:
+        defaults["custom"] = dict(panel.custom)
+    refs = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    table = panel.kind in ("table", "xychart")
+    out: JSON = {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": dict(DATASOURCE),
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": dict(panel.options),
+        "targets": [_target(query, refs[i], table) for i, query in enumerate(panel.queries)],
+    }
+    if panel.transformations:
+        out["transformations"] = [dict(t) for t in panel.transformations]
+    return out
+
+
+def _layout(rows: Sequence[Row]) -> list[JSON]:
+    """Row headers across the grid; panels fill each line left to right and wrap at the grid width."""
+    panels: list[JSON] = []
+    y = 0
+    for row in rows:
+        panels.append(
+            {
+                "id": len(panels) + 1,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        y += 1
+        x = 0
+        line_height = 0
+        for panel in row.panels:
+            if x + panel.width > GRID_WIDTH:
+                x, y, line_height = 0, y + line_height, 0
+            panels.append(_panel(panel, len(panels) + 1, x, y))
+            x += panel.width
+            line_height = max(line_height, panel.height)
+        y += line_height
+    return panels
+
+
+def _datasource_variable() -> JSON:
+    return {
+        "type": "datasource",
+        "name": "datasource",
+        "label": "Data source",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+    }
+
+
+def _query_variable(variable: Variable) -> JSON:
+    return {
+        "type": "query",
+        "name": variable.name,
+        "label": variable.label,
+        "datasource": dict(DATASOURCE),
+        "definition": variable.query,
+        "query": {
+            "qryType": 1,
+            "query": variable.query,
+            "refId": "PrometheusVariableQueryEditor-VariableQuery",
+        },
+        "current": {},
+        "hide": 0,
+        "includeAll": variable.multi,
+        "allValue": ".*" if variable.multi else None,
+        "multi": variable.multi,
+        "options": [],
+        "refresh": 2,
+        "regex": "",
+        "sort": 3,
+    }
+
+
+def dashboard(
+    uid: str, title: str, description: str, variables: Sequence[Variable], rows: Sequence[Row]
+) -> JSON:
+    return {
+        "id": None,
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": [TAG],
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "browser",
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "1m",
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "links": [
+            {
+                "title": "smlens dashboards",
+                "type": "dashboards",
+                "tags": [TAG],
+                "asDropdown": True,
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
+        "templating": {"list": [_datasource_variable(), *(_query_variable(v) for v in variables)]},
+        "panels": _layout(rows),
+    }
+
+
+def render(model: JSON) -> str:
+    return json.dumps(model, indent=2, ensure_ascii=False) + "\n"
