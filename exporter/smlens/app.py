@@ -107,7 +107,7 @@ def create_app(
         return None
 
     @app.get("/metrics")
-    def metrics(request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
         current = publisher.current
         if current is None:
             return PlainTextResponse("no complete sample yet\n", status_code=503)
@@ -123,20 +123,20 @@ def create_app(
         return Response(reply.body, media_type=reply.content_type, headers=headers)
 
     @app.get("/-/healthy")
-    def healthy() -> Response:
+    async def healthy() -> Response:
         if not sampler_alive():
             return PlainTextResponse("sampler thread is not running\n", status_code=503)
         return PlainTextResponse("OK\n")
 
     @app.get("/-/ready")
-    def ready() -> Response:
+    async def ready() -> Response:
         reason = not_ready()
         if reason is not None:
             return PlainTextResponse(reason + "\n", status_code=503)
         return PlainTextResponse("OK\n")
 
     @app.get("/api/v1/gpus")
-    def gpus(gpu: str | None = None) -> Response:
+    async def gpus(gpu: str | None = None) -> Response:
         current = publisher.current
         if current is None:
             return JSONResponse({"error": "no complete sample yet"}, status_code=503)
@@ -165,7 +165,7 @@ def create_app(
         )
 
     @app.get("/", response_class=HTMLResponse)
-    def landing() -> str:
+    async def landing() -> str:
         current = publisher.current
         snap = current.snapshot if current else None
         return LANDING.format(
