@@ -1,0 +1,141 @@
+{{- define "smlens.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "smlens.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "smlens.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{- define "smlens.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "smlens.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "smlens.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "smlens.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: exporter
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "smlens.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "smlens.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "smlens.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- $tag := .Values.image.tag | default (printf "%s%s" .Chart.AppVersion (ternary "-dcgm" "" .Values.dcgm.enabled)) }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The thresholds the rules and dashboards use, as YAML (callers read it back with fromYaml): the copy of
+smlens' thresholds.yaml under files/, then the job name that this chart's monitor gives the exporters
+(so the exporter-down alert finds them whatever the release is called), then .Values.thresholds.
+*/}}
+{{- define "smlens.thresholds" -}}
+{{- $shipped := .Files.Get "files/thresholds.yaml" | fromYaml }}
+{{- $job := include "smlens.fullname" . }}
+{{- if and .Values.podMonitor.enabled (not .Values.serviceMonitor.enabled) }}
+{{- $job = printf "%s/%s" (include "smlens.namespace" .) (include "smlens.fullname" .) }}
+{{- end }}
+{{- $thresholds := set (deepCopy $shipped) "exporter_job" $job }}
+{{- /* set, not merge: merge would take an override of 0 for "no value" */}}
+{{- range $name, $value := .Values.thresholds }}
+{{- $_ := set $thresholds $name $value }}
+{{- end }}
+{{- toYaml $thresholds }}
+{{- end }}
+
+{{/*
+A file from files/rules or files/dashboards with its threshold placeholders (see tools/helm_sync.py)
+replaced by the values in .thresholds: differences of two ratios first, then each threshold as a whole
+percentage and as itself. Called with (dict "text" ... "thresholds" ...).
+*/}}
+{{- define "smlens.withThresholds" -}}
+{{- $text := .text }}
+{{- $thresholds := .thresholds }}
+{{- range $placeholder := regexFindAll "__SMLENS_THRESHOLD_[a-z0-9_]+_MINUS_[a-z0-9_]+_PERCENT__" $text -1 | uniq }}
+{{- $names := regexReplaceAll "^__SMLENS_THRESHOLD_|_PERCENT__$" $placeholder "" | splitList "_MINUS_" }}
+{{- $difference := subf (float64 (get $thresholds (first $names))) (float64 (get $thresholds (last $names))) }}
+{{- $text = replace $placeholder (printf "%.0f%%" (mulf $difference 100)) $text }}
+{{- end }}
+{{- range $name, $value := .thresholds }}
+{{- $percent := printf "__SMLENS_THRESHOLD_%s_PERCENT__" $name }}
+{{- if contains $percent $text }}
+{{- $text = replace $percent (printf "%.0f%%" (mulf (float64 $value) 100)) $text }}
+{{- end }}
+{{- $written := toString $value }}
+{{- if and (or (kindIs "float64" $value) (kindIs "int64" $value)) (eq (float64 $value) (floor $value)) }}
+{{- /* whole numbers as Python writes floats: 1.0, not 1 */}}
+{{- $written = printf "%.1f" (float64 $value) }}
+{{- end }}
+{{- $text = replace (printf "__SMLENS_THRESHOLD_%s__" $name) $written $text }}
+{{- end }}
+{{- $text }}
+{{- end }}
+
+{{/*
+Relabelings shared by the ServiceMonitor and the PodMonitor. Prometheus Operator labels every target
+with the exporter pod's own namespace, pod and container; smlens puts the namespace, pod and container
+of the GPU's workload on its series. The target's labels are moved to exporter_* names so they can
+neither land on GPU series nor clash with the workload's, and the node name is added.
+*/}}
+{{- define "smlens.relabelings" -}}
+- action: replace
+  sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: node
+{{- range list "namespace" "pod" "container" }}
+- action: replace
+  sourceLabels: [{{ . }}]
+  targetLabel: exporter_{{ . }}
+{{- end }}
+- action: labeldrop
+  regex: namespace|pod|container
+{{- with .relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "smlens.checks" -}}
+{{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled are both true: enable one, or Prometheus scrapes every exporter twice and every sum doubles." }}
+{{- end }}
+{{- if and .Values.podResources.enabled (ne (toString .Values.securityContext.runAsUser) "0") }}
+{{- fail "podResources.enabled needs the container to run as uid 0 because the kubelet's socket is owned by root: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
+{{- end }}
+{{- if .Values.webConfig.enabled }}
+{{- fail "webConfig.enabled: TLS and basic auth are not supported by this smlens version yet; leave webConfig.enabled false." }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not .Values.service.enabled) }}
+{{- fail "serviceMonitor.enabled needs service.enabled: a ServiceMonitor finds the exporters through their Service (or use podMonitor instead)." }}
+{{- end }}
+{{- end }}
