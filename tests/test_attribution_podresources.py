@@ -17,9 +17,9 @@ import pytest
 
 from conftest import REPO
 from fakes.fake_kubelet import FakeKubelet, dra_pod, pod
-from smlens.attribution.devices import DeviceMap
+from smlens.attribution.devices import DEFAULT_RESOURCE_NAMES, DeviceMap
 from smlens.attribution.model import Attribution, Workload
-from smlens.attribution.podresources import DEFAULT_RESOURCE_NAMES, PodResourcesClient, PodResourcesSource
+from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.model import GpuIdentity
 

@@ -12,13 +12,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ExporterFactory, require_tool, run_cli
 
+OWNER_LABELS = {"namespace", "pod", "container"}
+
 
 def scrape(base: str) -> tuple[float, dict[tuple[str, str], float]]:
     text = httpx.get(base + "/metrics", timeout=5).text
     values: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if "gpu" in sample.labels and len(sample.labels) == 3:
+            # Per-GPU series; the sim pod layout adds namespace/pod/container to most of them.
+            if "gpu" in sample.labels and set(sample.labels) - OWNER_LABELS == {"gpu", "uuid", "hostname"}:
                 values[(sample.name, sample.labels["gpu"])] = sample.value
             elif not sample.labels:
                 values[(sample.name, "")] = sample.value

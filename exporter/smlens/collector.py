@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from smlens import __version__
 from smlens import model as m
+from smlens.attribution import metrics as attribution_metrics
 from smlens.model import GpuState, Snapshot
 
 GPU_LABELS = ("gpu", "uuid", "hostname")
@@ -114,8 +115,15 @@ class SnapshotCollector(Collector):
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._gpu_families(self._snapshot)
-        yield from self._self_families(self._snapshot)
+        snap = self._snapshot
+        gpu_families = self._gpu_families(snap)
+        if snap.attribution.owner_labels:
+            gpu_families = attribution_metrics.with_owner_labels(gpu_families, snap.attribution)
+        yield from gpu_families
+        yield from attribution_metrics.families(
+            snap.attribution, [g.identity for g in snap.gpus], snap.hostname
+        )
+        yield from self._self_families(snap)
 
     def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
         gpus = snap.gpus

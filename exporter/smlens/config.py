@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
+from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.errors import ConfigError
 
 DEFAULT_PORT = 10132
@@ -57,6 +59,14 @@ def _text(raw: Any) -> str:
 
 def _path(raw: Any) -> Path:
     return Path(_text(raw))
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    if not names:
+        raise ValueError("must list at least one name")
+    return names
 
 
 def _flag(raw: Any) -> bool:
@@ -115,6 +125,63 @@ OPTIONS: tuple[Option, ...] = (
     Option("sim_scenario", _path, None, "YAML file of time-varying simulated GPU phases"),
     Option("thresholds", _path, None, "YAML file overriding the shipped verdict thresholds"),
     Option("log_level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+    # Workload attribution (docs/attribution.md).
+    Option(
+        "pod_resources_socket",
+        _path,
+        None,
+        "kubelet PodResources socket for pod labels; default: /var/lib/kubelet/pod-resources/kubelet.sock "
+        "if that directory exists (with --backend sim only when given: it replaces the sim pod layout)",
+        ("serve",),
+    ),
+    Option(
+        "attribution_interval",
+        _number(float, 1.0, 3600.0),
+        DEFAULT_INTERVAL,
+        "seconds between attribution refreshes (kubelet, NVML process lists), off the scrape path",
+        ("serve",),
+    ),
+    Option(
+        "attribution_timeout",
+        _number(float, 0.1, 60.0),
+        DEFAULT_TIMEOUT,
+        "seconds the kubelet may take to answer before pod labels are dropped as down",
+        ("serve",),
+    ),
+    Option(
+        "gpu_resource_names",
+        _names,
+        DEFAULT_RESOURCE_NAMES,
+        "comma-separated device plugin resource names (globs allowed) whose devices are GPUs",
+        ("serve",),
+    ),
+    Option(
+        "gpu_dra_drivers",
+        _names,
+        DEFAULT_DRA_DRIVERS,
+        "comma-separated DRA driver names whose claimed devices are GPUs",
+        ("serve",),
+    ),
+    Option(
+        "no_workload_labels",
+        _flag,
+        False,
+        "do not add namespace/pod/container to the series of a GPU that one container holds",
+        ("serve",),
+        is_switch=True,
+    ),
+    Option(
+        "sim_pods", _path, None, "YAML pod layout for --backend sim (default: a built-in one)", ("serve",)
+    ),
+    Option(
+        "process_attribution",
+        _flag,
+        False,
+        "per-workload GPU memory and time-based utilization from NVML process lists (needs the host "
+        "PID namespace: hostPID in Kubernetes)",
+        ("serve",),
+        is_switch=True,
+    ),
 )
 _BY_NAME = {o.name: o for o in OPTIONS}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from smlens.attribution.model import EMPTY_ATTRIBUTION, Attribution
+
 # Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
 UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
 SM_ACTIVE = "sm_active"
@@ -163,3 +165,4 @@ class Snapshot:
     sampler_cpu_seconds_total: float  # CPU time of the sampling thread since start
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]
+    attribution: Attribution = EMPTY_ATTRIBUTION  # who holds and uses each GPU, refreshed in the background

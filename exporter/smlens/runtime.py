@@ -27,7 +27,13 @@ def build_sampler(settings: Settings) -> Sampler:
     device, extras = build_backends(settings)
     sampler = Sampler(device, extras, hostname=settings.node_name, interval=settings.interval)
     try:
-        sampler.open()
+        gpus = sampler.open()
+        if "attribution_interval" in settings.values:  # serve has attribution options, check has none
+            from smlens.attribution.setup import build_refresher
+
+            refresher = build_refresher(settings, gpus)
+            if refresher is not None:
+                sampler.attach_attribution(refresher)
     except BaseException:
         sampler.close()
         raise

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from smlens.attribution.model import EMPTY_ATTRIBUTION
+from smlens.attribution.refresher import AttributionRefresher
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import (
@@ -80,6 +82,7 @@ class Sampler:
         self._listeners: list[Listener] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._attribution: AttributionRefresher | None = None
         self.latest: Snapshot | None = None
 
     @property
@@ -88,6 +91,10 @@ class Sampler:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def attach_attribution(self, refresher: AttributionRefresher) -> None:
+        """Put the refresher's latest attribution in every snapshot; it starts and closes with the sampler."""
+        self._attribution = refresher
 
     def open(self) -> list[GpuIdentity]:
         """Discover GPUs and attach every backend; raises if the device source is unusable."""
@@ -134,6 +141,7 @@ class Sampler:
             tick_duration_seconds=self._clock() - started,
             sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
+            attribution=EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current(),
             backends=tuple(
                 BackendStats(
                     name=b.backend.name,
@@ -245,6 +253,8 @@ class Sampler:
         """Run ``tick()`` every interval on a daemon thread (``open()`` must have succeeded)."""
         self._thread = threading.Thread(target=self._run, name="smlens-sampler", daemon=True)
         self._thread.start()
+        if self._attribution is not None:
+            self._attribution.start()
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -265,6 +275,8 @@ class Sampler:
 
     def close(self) -> None:
         self._stop.set()
+        if self._attribution is not None:
+            self._attribution.close()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 2 * self._interval))
         for book in reversed(self._books):

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from smlens.model import GpuIdentity
 
+# Device plugin resources (globs) and DRA drivers whose devices are GPUs, unless configured otherwise.
+DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+DEFAULT_DRA_DRIVERS = ("gpu.nvidia.com",)
+
 _REPLICA = re.compile(r"::\d+$")
 _INDEX = re.compile(r"^\d+$")
 _MIG_BY_INDEX = re.compile(r"^(\d+):\d+$")

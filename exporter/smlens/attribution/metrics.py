@@ -5,11 +5,11 @@ Called by the collector when it renders a snapshot (once per tick), never per sc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from smlens.attribution.model import Attribution, WorkloadUsage
+from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
 from smlens.model import GpuIdentity
 
 OWNER_LABELS = ("namespace", "pod", "container")
@@ -38,54 +38,16 @@ def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> I
 
 
 def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: str) -> Iterator[Metric]:
-    """gpu_allocation_info, the gpu_workload_* families and the smlens_attribution_* self-metrics."""
+    """gpu_allocation_info, the gpu_workload_* families and the smlens_attribution_* self-metrics,
+    each only when a source that feeds it is configured."""
+    sources = {state.name for state in attribution.sources}
+    if not sources:
+        return
     index = {gpu.uuid: str(gpu.index) for gpu in gpus}
-    info = GaugeMetricFamily(
-        "gpu_allocation_info",
-        "1 for each container holding (part of) a GPU, from the kubelet or the sim layout. A device smlens "
-        'cannot place on a GPU of this node has gpu="" and its id as reported in uuid.',
-        labels=[*_GPU_LABELS, *OWNER_LABELS, "resource"],
-    )
-    rows = dict.fromkeys(
-        (
-            index.get(a.gpu_uuid, "") if a.gpu_uuid is not None else "",
-            a.gpu_uuid if a.gpu_uuid is not None else a.device,
-            hostname,
-            a.owner.namespace,
-            a.owner.pod,
-            a.owner.container,
-            a.resource,
-        )
-        for a in attribution.allocations
-    )
-    for row in rows:
-        info.add_metric(list(row), 1)
-    yield info
-
-    def workload_family(name: str, help_text: str, value_of: str) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, help_text, labels=_WORKLOAD_LABELS)
-        for usage in attribution.workloads:
-            value = getattr(usage, value_of)
-            if value is not None and usage.gpu_uuid in index:
-                family.add_metric(_workload_labels(usage, index[usage.gpu_uuid], hostname), value)
-        return family
-
-    yield workload_family(
-        "gpu_workload_memory_used_bytes",
-        "GPU memory used by the processes of one workload (pod container or Slurm job) on this GPU, "
-        "from NVML's process list. All labels empty: processes outside any pod, container or job.",
-        "memory_used_bytes",
-    )
-    yield workload_family(
-        "gpu_workload_utilization_ratio",
-        "NVML per-process utilization summed over the workload's processes (capped at 1): the share of "
-        "the last attribution refresh window in which a kernel of theirs ran. Time-based like "
-        "gpu_utilization_ratio; NOT SM activity.",
-        "utilization",
-    )
-    yield workload_family(
-        "gpu_workload_processes", "Processes of the workload that hold a context on this GPU.", "processes"
-    )
+    if sources & {PODRESOURCES, SIM}:
+        yield _allocation_info(attribution, index, hostname)
+    if PROCESSES in sources:
+        yield from _workload_families(attribution, index, hostname)
     up = GaugeMetricFamily(
         "smlens_attribution_up",
         "1 if the attribution source answered its last refresh; 0 drops the labels it gives.",
@@ -109,6 +71,52 @@ def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: st
         )
 
 
-def _workload_labels(usage: WorkloadUsage, gpu: str, hostname: str) -> list[str]:
-    w = usage.workload
-    return [gpu, usage.gpu_uuid, hostname, w.namespace, w.pod, w.container, w.slurm_job]
+def _allocation_info(attribution: Attribution, index: Mapping[str, str], hostname: str) -> Metric:
+    info = GaugeMetricFamily(
+        "gpu_allocation_info",
+        "1 for each container holding (part of) a GPU, from the kubelet or the sim layout. A device smlens "
+        'cannot place on a GPU of this node has gpu="" and its id as reported in uuid.',
+        labels=[*_GPU_LABELS, *OWNER_LABELS, "resource"],
+    )
+    rows = dict.fromkeys(
+        (
+            "" if a.gpu_uuid is None else index.get(a.gpu_uuid, ""),
+            a.device if a.gpu_uuid is None else a.gpu_uuid,
+            hostname,
+            a.owner.namespace,
+            a.owner.pod,
+            a.owner.container,
+            a.resource,
+        )
+        for a in attribution.allocations
+    )
+    for row in rows:
+        info.add_metric(list(row), 1)
+    return info
+
+
+def _workload_families(attribution: Attribution, index: Mapping[str, str], hostname: str) -> Iterator[Metric]:
+    for name, help_text, field in (
+        (
+            "gpu_workload_memory_used_bytes",
+            "GPU memory used by the processes of one workload (pod container or Slurm job) on this GPU, "
+            "from NVML's process list. All labels empty: processes outside any pod, container or job.",
+            "memory_used_bytes",
+        ),
+        (
+            "gpu_workload_utilization_ratio",
+            "NVML per-process utilization summed over the workload's processes (capped at 1): the share "
+            "of the last attribution refresh window in which a kernel of theirs ran. Time-based like "
+            "gpu_utilization_ratio; NOT SM activity.",
+            "utilization",
+        ),
+        ("gpu_workload_processes", "Processes of the workload that hold a context on this GPU.", "processes"),
+    ):
+        family = GaugeMetricFamily(name, help_text, labels=_WORKLOAD_LABELS)
+        for usage in attribution.workloads:
+            value = getattr(usage, field)
+            if value is not None and usage.gpu_uuid in index:
+                w = usage.workload
+                labels = [index[usage.gpu_uuid], usage.gpu_uuid, hostname, w.namespace, w.pod, w.container]
+                family.add_metric([*labels, w.slurm_job], value)
+        yield family

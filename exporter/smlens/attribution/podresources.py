@@ -16,13 +16,11 @@ import grpc
 
 from smlens.attribution import podresources_v1_pb2 as api
 from smlens.attribution import podresources_v1_pb2_grpc as api_grpc
-from smlens.attribution.devices import DeviceMap, Placement
+from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES, DeviceMap, Placement
 from smlens.attribution.model import PODRESOURCES, Allocation, Workload
 from smlens.errors import BackendError
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
-DEFAULT_DRA_DRIVERS = ("gpu.nvidia.com",)
 # The kubelet sends up to 16 MiB; gRPC's client default of 4 MiB is too small for busy nodes.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 

@@ -49,6 +49,7 @@ class AttributionRefresher:
         usage_source: UsageSource | None = None,
         interval: float = DEFAULT_INTERVAL,
         owner_labels: bool = True,
+        on_close: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -56,6 +57,7 @@ class AttributionRefresher:
         self._usage_source = usage_source
         self._interval = interval
         self._owner_labels = owner_labels
+        self._on_close = on_close
         self._clock = clock
         self._wall = wall
         self._current = EMPTY_ATTRIBUTION
@@ -132,3 +134,5 @@ class AttributionRefresher:
             self._thread.join(timeout=self._interval)
         if self._usage_source is not None:
             self._usage_source.close()
+        if self._on_close is not None:
+            self._on_close()

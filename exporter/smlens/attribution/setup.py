@@ -1,0 +1,79 @@
+"""Choose the attribution sources for a set of settings and build the refresher that runs them.
+
+- ``--pod-resources-socket PATH`` always means the kubelet at PATH, whatever the backend.
+- Without it, the nvml backends use the kubelet's default socket when its directory exists (a
+  Kubernetes node); the sim backend uses its pod layout (``--sim-pods FILE`` or the default one).
+- ``--process-attribution`` adds per-process usage from NVML (not available with the sim backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from smlens.attribution import sim_layout
+from smlens.attribution.devices import DeviceMap
+from smlens.attribution.mig import mig_parents
+from smlens.attribution.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesSource
+from smlens.attribution.processes import ProcessSource
+from smlens.attribution.refresher import AllocationSource, AttributionRefresher, UsageSource
+from smlens.backends.nvml_session import NvmlSession
+from smlens.config import Settings
+from smlens.errors import ConfigError
+from smlens.model import GpuIdentity
+
+
+def _socket(settings: Settings) -> Path | None:
+    explicit: Path | None = settings.pod_resources_socket
+    if explicit is not None:
+        return explicit
+    if settings.backend != "sim" and DEFAULT_SOCKET.parent.is_dir():
+        return DEFAULT_SOCKET
+    return None
+
+
+def build_refresher(settings: Settings, gpus: Sequence[GpuIdentity]) -> AttributionRefresher | None:
+    """The refresher for these settings, or None when no source applies (not started yet)."""
+    sim = settings.backend == "sim"
+    if settings.attribution_timeout >= settings.attribution_interval:
+        raise ConfigError(
+            f"--attribution-timeout ({settings.attribution_timeout:g} s) must be shorter than "
+            f"--attribution-interval ({settings.attribution_interval:g} s)."
+        )
+    if settings.sim_pods is not None and not sim:
+        raise ConfigError("--sim-pods applies only to --backend sim.")
+    if settings.process_attribution and sim:
+        raise ConfigError(
+            "--process-attribution reads NVML's process lists and needs --backend nvml or auto."
+        )
+    session = None if sim else NvmlSession()
+    socket = _socket(settings)
+    allocation: AllocationSource | None = None
+    if socket is not None:
+        devices = DeviceMap(gpus)
+        allocation = PodResourcesSource(
+            PodResourcesClient(socket, settings.attribution_timeout),
+            devices,
+            settings.gpu_resource_names,
+            settings.gpu_dra_drivers,
+            mig_parents=None if session is None else (lambda: mig_parents(session, devices.gpus)),
+        )
+    elif sim:
+        pods = sim_layout.load(settings.sim_pods) if settings.sim_pods else sim_layout.DEFAULT_PODS
+        origin = str(settings.sim_pods) if settings.sim_pods else None
+        allocation = sim_layout.SimLayoutSource(pods, gpus, origin)
+    usage: UsageSource | None = None
+    if settings.process_attribution and session is not None:
+        usage = ProcessSource(session, gpus, settings.attribution_interval)
+    if allocation is None and usage is None:
+        return None
+    holder = object()  # holds NVML open for the MIG lookups until the refresher closes
+    if session is not None:
+        session.acquire(holder)
+    return AttributionRefresher(
+        allocation,
+        usage,
+        interval=settings.attribution_interval,
+        owner_labels=not settings.no_workload_labels,
+        on_close=None if session is None else (lambda: session.release(holder)),
+    )
