@@ -136,7 +136,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "attribution_interval",
-        _number(float, 1.0, 3600.0),
+        _number(float, 0.2, 3600.0),
         DEFAULT_INTERVAL,
         "seconds between attribution refreshes (kubelet, NVML process lists), off the scrape path",
         ("serve",),
