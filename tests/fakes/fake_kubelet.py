@@ -143,3 +143,28 @@ class FakeKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main(argv: Sequence[str]) -> None:
+    """``python tests/fakes/fake_kubelet.py SOCKET PODS.json``: serve until killed. The JSON file is a
+    list of ``{"namespace", "name", "containers": {container: {resource: [device ids]}}}``."""
+    import json
+    import signal
+
+    socket, pods_file = Path(argv[0]), Path(argv[1])
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # before gRPC starts threads: they inherit it
+    kubelet = FakeKubelet(socket)
+    kubelet.set_pods(
+        pod(p["namespace"], p["name"], p["containers"]) for p in json.loads(pods_file.read_text())
+    )
+    kubelet.start()
+    print(f"serving PodResources v1 on {socket}", flush=True)
+    signal.sigwait(stop_signals)
+    kubelet.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
