@@ -1,6 +1,7 @@
 """Cost of workload attribution: kubelet refresh, rendering, and /metrics latency (8 GPUs, 100 pods).
 
     PYTHONPATH=exporter python3 bench/attribution_bench.py [--pods 100] [--refreshes 300] [--scrapes 300]
+        [--only kubelet|processes]
 
 1. PodResources refresh: the real client against the fake kubelet (a separate process, so that the
    CPU time measured here is the client's) serving ``--pods`` pods, 10 of them on the 8 GPUs.
@@ -35,7 +36,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
 
 from smlens.attribution.devices import DeviceMap  # noqa: E402
-from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource  # noqa: E402
 from smlens.attribution.refresher import AttributionRefresher  # noqa: E402
 from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
 from smlens.collector import SnapshotCollector  # noqa: E402
@@ -193,16 +193,11 @@ def process_refresh(repeat: int) -> dict[str, Any] | None:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--pods", type=int, default=100)
-    parser.add_argument("--refreshes", type=int, default=300)
-    parser.add_argument("--scrapes", type=int, default=300)
-    options = parser.parse_args()
+def kubelet_parts(options: argparse.Namespace, results: dict[str, Any]) -> None:
+    from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
+
     gpus = SimBackend(Scenario.steady(8), hostname_hint=HOSTNAME).discover()
-    results: dict[str, Any] = {"cpus": os.cpu_count(), "pods": options.pods, "gpus": len(gpus)}
+    results.update(pods=options.pods, gpus=len(gpus))
     with tempfile.TemporaryDirectory() as tmp, fake_kubelet(Path(tmp), pods_on(gpus, options.pods)) as socket:
         client = PodResourcesClient(socket, timeout=5.0)
         refresher = AttributionRefresher(PodResourcesSource(client, DeviceMap(gpus)))
@@ -242,7 +237,22 @@ def main() -> None:
                 [*common, "--pod-resources-socket", str(socket)], options.scrapes
             ),
         }
-    results["process_refresh"] = process_refresh(options.refreshes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--refreshes", type=int, default=300)
+    parser.add_argument("--scrapes", type=int, default=300)
+    parser.add_argument("--only", choices=["kubelet", "processes"], help="run parts 1-3 or part 4 only")
+    options = parser.parse_args()
+    results: dict[str, Any] = {"cpus": os.cpu_count()}
+    if options.only != "processes":
+        kubelet_parts(options, results)
+    if options.only != "kubelet":
+        results["process_refresh"] = process_refresh(options.refreshes)
     results["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(results, indent=2))
 
