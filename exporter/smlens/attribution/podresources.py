@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 
 from smlens.attribution import podresources_v1_pb2 as api
 from smlens.attribution import podresources_v1_pb2_grpc as api_grpc
