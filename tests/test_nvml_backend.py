@@ -19,8 +19,10 @@ from smlens.model import Activity, GpuIdentity
 US = 1_000_000
 
 
-def started(node: FakeNode, energy_interval: float = 15.0) -> tuple[NvmlBackend, list[GpuIdentity]]:
-    backend = NvmlBackend(NvmlSession(), energy_interval)
+def started(
+    node: FakeNode, energy_interval: float = 15.0, utilization_interval: float = 0.0
+) -> tuple[NvmlBackend, list[GpuIdentity]]:
+    backend = NvmlBackend(NvmlSession(), energy_interval, utilization_interval)
     gpus = backend.discover()
     assert backend.attach(gpus) == {gpu.uuid: None for gpu in gpus}
     return backend, gpus
@@ -31,7 +33,12 @@ def test_discover_reads_identities(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch,
         FakeGpu("GPU-a", pci_bus_id="00000000:18:00.0"),
         FakeGpu(
-            "GPU-b", pci_bus_id="00000000:2A:00.0", serial=None, sm_count=None, compute_capability=(8, 0)
+            "GPU-b",
+            pci_bus_id="00000000:2A:00.0",
+            serial=None,
+            sm_count=None,
+            cuda_cores=None,
+            compute_capability=(8, 0),
         ),
     )
     gpus = NvmlBackend(NvmlSession()).discover()
@@ -39,6 +46,23 @@ def test_discover_reads_identities(monkeypatch: pytest.MonkeyPatch) -> None:
         GpuIdentity(0, "GPU-a", "NVIDIA H200", "00000000:18:00.0", "580.159.04", "1650123456789", 132, "9.0"),
         GpuIdentity(1, "GPU-b", "NVIDIA H200", "00000000:2A:00.0", "580.159.04", "", None, "8.0"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("capability", "cores", "sm_count"),
+    [
+        ((9, 0), 16896, 132),
+        ((8, 0), 6912, 108),
+        ((8, 9), 18176, 142),
+        ((6, 0), 3584, None),
+        ((9, 0), None, None),
+    ],
+)
+def test_sm_count_from_cores_where_attributes_are_mig_only(
+    monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], cores: int | None, sm_count: int | None
+) -> None:
+    install(monkeypatch, FakeGpu("GPU-a", sm_count=None, cuda_cores=cores, compute_capability=capability))
+    assert NvmlBackend(NvmlSession()).discover()[0].sm_count == sm_count
 
 
 def test_gpu_lost_before_discovery_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,6 +231,35 @@ def test_utilization_is_the_exact_integral_of_driver_samples(monkeypatch: pytest
     assert calls["nvmlDeviceGetSamples"] == 4 and calls["nvmlDeviceGetUtilizationRates"] == 0
 
 
+def test_time_lost_when_the_driver_ring_buffer_overran_is_not_covered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", utilization_samples=[(10 * US, 100)]))
+    backend, (gpu,) = started(node)
+    fake = node.gpu("GPU-a")
+    fake.utilization_samples = [(40 * US, 100), (40_200_000, 50), (40_400_000, 0)]  # 10 s..40 s are gone
+    activity = backend.read(gpu, now=30.0).activity[m.UTILIZATION]
+    assert activity.covered_seconds == pytest.approx(0.4) and activity.active_seconds == pytest.approx(0.1)
+
+
+def test_utilization_samples_read_every_utilization_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", utilization_samples=[(US + 437, 0)]))
+    backend, (gpu,) = started(node, utilization_interval=5.0)
+    fake = node.gpu("GPU-a")
+    assert fake.utilization_samples is not None
+    covered = 0.0
+    for tick in range(2, 14):
+        fake.utilization_samples.append((tick * US + 437, 60))  # a sample a second, µs not round
+        reading = backend.read(gpu, now=float(tick))
+        assert m.UTILIZATION not in reading.missing
+        if tick in (2, 7, 12):
+            covered += reading.activity[m.UTILIZATION].covered_seconds
+        else:
+            assert m.UTILIZATION not in reading.activity  # not read this tick: nothing, not a zero
+    assert fake.calls["nvmlDeviceGetSamples"] == 1 + 3  # priming at attach, then at t=2, 7 and 12 s
+    assert covered == pytest.approx(11.0)  # every second from 1 to 12 s, none twice
+
+
 def test_utilization_falls_back_to_rates_times_elapsed(monkeypatch: pytest.MonkeyPatch) -> None:
     node = install(monkeypatch, FakeGpu("GPU-a", utilization_samples=None, utilization_percent=80))
     backend, (gpu,) = started(node)
@@ -216,16 +269,22 @@ def test_utilization_falls_back_to_rates_times_elapsed(monkeypatch: pytest.Monke
     assert activity.active_seconds == pytest.approx(0.75) and activity.covered_seconds == 2.5
 
 
-def test_energy_is_read_every_energy_interval_and_held_between(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_energy_and_replays_read_every_energy_interval_and_held_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     node = install(monkeypatch, FakeGpu("GPU-a", energy_mj=1000))
     backend, (gpu,) = started(node, energy_interval=15.0)
     fake = node.gpu("GPU-a")
     seen = []
     for now in (100.0, 105.0, 110.0, 114.9, 115.0, 120.0, 130.0, 131.0):
-        fake.energy_mj = int(now * 1000)  # the driver's counter moves every tick
-        seen.append(backend.read(gpu, now).totals[m.ENERGY_JOULES])
+        fake.energy_mj = int(now * 1000)  # the driver's counters move every tick
+        fake.pcie_replays = int(now)
+        totals = backend.read(gpu, now).totals
+        seen.append((totals[m.ENERGY_JOULES], totals[m.PCIE_REPLAYS]))
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 3  # at 100, 115 and 130
-    assert seen == [100.0, 100.0, 100.0, 100.0, 115.0, 115.0, 130.0, 130.0]
+    assert fake.calls["nvmlDeviceGetPcieReplayCounter"] == 3
+    assert [energy for energy, _ in seen] == [100.0, 100.0, 100.0, 100.0, 115.0, 115.0, 130.0, 130.0]
+    assert [replays for _, replays in seen] == [100, 100, 100, 100, 115, 115, 130, 130]
 
 
 def test_clock_events_decoded_for_supported_reasons_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -316,10 +375,12 @@ def test_one_nvml_init_shared_and_shut_down_at_last_close(monkeypatch: pytest.Mo
     assert node.live_event_sets == 0 and node.live_gpm_samples == 0
 
 
-def test_negative_energy_interval_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_intervals_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch)
     with pytest.raises(ConfigError, match="energy interval"):
         open_nvml_backends(energy_interval=-1.0)
+    with pytest.raises(ConfigError, match="utilization interval"):
+        open_nvml_backends(utilization_interval=float("nan"))
 
 
 def test_values_are_read_through_the_member_their_type_names() -> None:

@@ -46,7 +46,8 @@ class FakeGpu:
     name: str = "NVIDIA H200"
     pci_bus_id: str = "00000000:18:00.0"
     serial: str | None = "1650123456789"
-    sm_count: int | None = 132
+    sm_count: int | None = 132  # nvmlDeviceGetAttributes: real NVML answers only for MIG devices
+    cuda_cores: int | None = 16896
     compute_capability: tuple[int, int] = (9, 0)
     memory_total: int = 150_754_820_096
     memory_used: int | None = 1_048_576
@@ -216,6 +217,9 @@ class FakeNode:
         attributes.multiprocessorCount = _supported(self._device("nvmlDeviceGetAttributes", handle).sm_count)
         return attributes
 
+    def nvmlDeviceGetNumGpuCores(self, handle: Any) -> int:
+        return _supported(self._device("nvmlDeviceGetNumGpuCores", handle).cuda_cores)
+
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
         return self._device("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
 
@@ -287,7 +291,8 @@ class FakeNode:
     def nvmlDeviceGetSamples(self, handle: Any, sampling_type: int, last_seen: int) -> tuple[int, list[Any]]:
         gpu = self._device("nvmlDeviceGetSamples", handle)
         assert sampling_type == real.NVML_GPU_UTILIZATION_SAMPLES
-        newer = [s for s in _supported(gpu.utilization_samples) if s[0] > last_seen]
+        # Like the real driver (measured on an H200, driver 580): timestamps compare to the millisecond.
+        newer = [s for s in _supported(gpu.utilization_samples) if s[0] // 1000 > last_seen // 1000]
         if not newer:
             raise _error(real.NVML_ERROR_NOT_FOUND)
         samples = []

@@ -54,7 +54,7 @@ TRAFFIC_METRICS = (  # Reading.increments key, GPM metric in MiB/s
     (NVLINK_RX_BYTES, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC"),
 )
 METRICS = RATIO_METRICS + TRAFFIC_METRICS
-_RATIO_KEYS = frozenset(key for key, _ in RATIO_METRICS)
+_IS_RATIO = tuple((key, i < len(RATIO_METRICS)) for i, (key, _) in enumerate(METRICS))
 MIB = 1 << 20
 NOT_SUPPORTED = "GPM not supported on this GPU (needs Hopper or newer)"
 
@@ -75,6 +75,7 @@ class _GpmGpu:
     label: str
     samples: tuple[Any, Any]
     request: Any
+    results: tuple[Any, ...]  # views of request.metrics[i], fetched once: each access costs ~1 us
     newest: int = 0  # which of the two samples was taken last
     taken_at: float | None = None  # `now` of that sample; None before the first read
 
@@ -122,7 +123,9 @@ class GpmBackend(Backend):
                 if not isinstance(sample, Absent):
                     call(nv.nvmlGpmSampleFree, sample)
             return f"GPM sample allocation failed ({failed.reason})"
-        self._gpus[gpu.uuid] = _GpmGpu(handle, label, (samples[0], samples[1]), metrics_request(nv))
+        request = metrics_request(nv)
+        results = tuple(request.metrics[i] for i in range(len(METRICS)))
+        self._gpus[gpu.uuid] = _GpmGpu(handle, label, (samples[0], samples[1]), request, results)
         return None
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
@@ -147,23 +150,17 @@ class GpmBackend(Backend):
         activity: dict[str, Activity] = {}
         increments: dict[str, float] = {}
         missing: dict[str, str] = {}
-        for i, (key, _) in enumerate(METRICS):
-            value = self._value(nv, request.metrics[i], state.label)
-            if isinstance(value, Absent):
-                missing[key] = value.reason
-            elif key in _RATIO_KEYS:
-                activity[key] = Activity.of(value / 100, seconds)
+        for (key, is_ratio), result in zip(_IS_RATIO, state.results, strict=True):
+            returned = result.nvmlReturn
+            if returned != nv.NVML_SUCCESS:
+                missing[key] = failure(returned, state.label).reason
+            elif is_ratio:
+                activity[key] = Activity.of(result.value / 100, seconds)
             else:
-                increments[key] = max(value, 0.0) * MIB * seconds
+                increments[key] = max(result.value, 0.0) * MIB * seconds
         return Reading(
             source=self.name, activity=activity, increments=increments, missing=missing, profiling=True
         )
-
-    @staticmethod
-    def _value(nv: Any, metric: Any, label: str) -> float | Absent:
-        if metric.nvmlReturn != nv.NVML_SUCCESS:
-            return failure(metric.nvmlReturn, label)
-        return float(metric.value)
 
     @staticmethod
     def _free(nv: Any, state: _GpmGpu | None) -> None:

@@ -3,7 +3,7 @@ ECC and PCIe replay counters, clock-event reasons and XID errors.
 
 The CLI opens it together with the GPM backend, so that both share one NVML initialisation::
 
-    nvml, gpm = open_nvml_backends(energy_interval=15.0)
+    nvml, gpm = open_nvml_backends(energy_interval=15.0, utilization_interval=5.0)
     gpus = nvml.discover()  # BackendUnavailable with one sentence when NVML cannot start
     nvml.attach(gpus); gpm.attach(gpus)
     ...
@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from smlens.backends.base import DeviceSource
 from smlens.backends.gpm import GpmBackend
-from smlens.backends.nvml_calls import Absent, address, call, describe, failure, nvml_module, text, value_of
+from smlens.backends.nvml_calls import Absent, call, describe, failure, nvml_module, text, value_of
 from smlens.backends.nvml_session import NvmlSession
+from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
 from smlens.model import (
     ECC_CORRECTED,
@@ -48,11 +47,11 @@ from smlens.model import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENERGY_INTERVAL = 15.0  # seconds; one energy read costs ~4 ms on an H200
+# Reads that cost milliseconds on an H200 (bench/nvml_call_cost.py) are not made every tick:
+DEFAULT_ENERGY_INTERVAL = 15.0  # energy (~4 ms) and PCIe replay (~0.15 ms) counters
+DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples (~2.1 ms); the driver keeps ~14 s of them
 CLOCK_EVENTS = "clock_events"  # key in Reading.missing
 XID_EVENTS = "xid_events"  # key in Reading.missing
-_MAX_EVENTS_PER_DRAIN = 256
-_NOT_READ = Absent("not_read")
 
 # Reason names of docs/metrics.md and the pynvml constant of each one's bit.
 _CLOCK_EVENT_REASONS = (
@@ -68,10 +67,34 @@ _CLOCK_EVENT_REASONS = (
 )
 
 
-def open_nvml_backends(energy_interval: float = DEFAULT_ENERGY_INTERVAL) -> tuple[NvmlBackend, GpmBackend]:
+# CUDA cores per SM by compute capability: the SM count is NVML's core count divided by this where
+# nvmlDeviceGetAttributes answers only for MIG devices (as on a whole H200).
+_CORES_PER_SM = {
+    (7, 0): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
+    (9, 0): 128,
+    (10, 0): 128,
+    (12, 0): 128,
+}
+
+
+def open_nvml_backends(
+    energy_interval: float = DEFAULT_ENERGY_INTERVAL,
+    utilization_interval: float = DEFAULT_UTILIZATION_INTERVAL,
+) -> tuple[NvmlBackend, GpmBackend]:
     """The nvml device source and the gpm profiling backend, sharing one NVML session."""
     session = NvmlSession()
-    return NvmlBackend(session, energy_interval), GpmBackend(session)
+    return NvmlBackend(session, energy_interval, utilization_interval), GpmBackend(session)
+
+
+def _seconds(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}.")
+    return value
 
 
 @dataclass
@@ -83,9 +106,10 @@ class _Device:
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
     samples_supported: bool = True
     last_sample_us: int | None = None  # newest utilization sample seen
+    next_samples_at: float = -math.inf
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
-    energy: float | Absent = _NOT_READ
-    next_energy_at: float = -math.inf
+    counters: dict[str, float | Absent] = field(default_factory=dict)  # energy, PCIe replays: last read
+    next_counters_at: float = -math.inf
 
 
 class _Parts:
@@ -112,21 +136,26 @@ def _member(value: Any, name: str) -> float | Absent:
 
 
 class NvmlBackend(DeviceSource):
-    """The NVML device source. ``energy_interval``: seconds between two reads of the energy counter."""
+    """The NVML device source.
+
+    ``energy_interval``: seconds between two reads of the energy and PCIe replay counters;
+    ``utilization_interval``: seconds between two reads of the driver's utilization samples (each read
+    integrates every sample since the previous one, so the utilization integral stays exact).
+    """
 
     name = "nvml"
 
-    def __init__(self, session: NvmlSession, energy_interval: float = DEFAULT_ENERGY_INTERVAL) -> None:
-        if not math.isfinite(energy_interval) or energy_interval < 0:
-            raise ConfigError(f"energy interval must be a number of seconds >= 0, got {energy_interval!r}.")
+    def __init__(
+        self,
+        session: NvmlSession,
+        energy_interval: float = DEFAULT_ENERGY_INTERVAL,
+        utilization_interval: float = DEFAULT_UTILIZATION_INTERVAL,
+    ) -> None:
         self._session = session
-        self._energy_interval = energy_interval
+        self._energy_interval = _seconds("energy interval", energy_interval)
+        self._utilization_interval = _seconds("utilization interval", utilization_interval)
         self._devices: dict[str, _Device] = {}
-        self._uuid_at: dict[int, str] = {}  # handle address -> uuid, to route XID events
-        self._event_set: Any = None  # an nvmlEventSet_t, Absent when NVML gave none, None before attach
-        self._xid_lock = threading.Lock()
-        self._read_this_round: set[str] = set()
-        self._pending_xids: dict[str, Counter[int]] = {}
+        self._xids = XidWatch()
 
     def discover(self) -> list[GpuIdentity]:
         self._session.acquire(self)
@@ -163,9 +192,7 @@ class NvmlBackend(DeviceSource):
             return "" if isinstance(got, Absent) else text(got)
 
         pci = call(nv.nvmlDeviceGetPciInfo, handle, gpu=where)
-        attributes = call(nv.nvmlDeviceGetAttributes, handle, gpu=where)
         capability = call(nv.nvmlDeviceGetCudaComputeCapability, handle, gpu=where)
-        sm_count = None if isinstance(attributes, Absent) else int(attributes.multiprocessorCount)
         self._session.remember(text(uuid), handle)
         return GpuIdentity(
             index=index,
@@ -174,15 +201,26 @@ class NvmlBackend(DeviceSource):
             pci_bus_id="" if isinstance(pci, Absent) else text(pci.busId),
             driver_version=driver_version,
             serial=string(nv.nvmlDeviceGetSerial),
-            sm_count=sm_count or None,  # 0 means NVML did not fill it in
+            sm_count=self._sm_count(nv, handle, capability, where),
             compute_capability="" if isinstance(capability, Absent) else "{}.{}".format(*capability),
         )
+
+    @staticmethod
+    def _sm_count(nv: Any, handle: Any, capability: tuple[int, int] | Absent, where: str) -> int | None:
+        attributes = call(nv.nvmlDeviceGetAttributes, handle, gpu=where)
+        if not isinstance(attributes, Absent) and attributes.multiprocessorCount > 0:
+            return int(attributes.multiprocessorCount)
+        per_sm = None if isinstance(capability, Absent) else _CORES_PER_SM.get((capability[0], capability[1]))
+        if per_sm is None:
+            return None
+        cores = call(nv.nvmlDeviceGetNumGpuCores, handle, gpu=where)
+        if isinstance(cores, Absent) or cores % per_sm:
+            return None
+        return int(cores) // per_sm
 
     def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
         self._session.acquire(self)
         nv = nvml_module()
-        if self._event_set is None:
-            self._event_set = call(nv.nvmlEventSetCreate)
         verdicts: dict[str, str | None] = {}
         for gpu in gpus:
             try:
@@ -210,23 +248,11 @@ class NvmlBackend(DeviceSource):
                 for reason, bit in _CLOCK_EVENT_REASONS
                 if supported & getattr(nv, bit)
             ),
-            xid_watch=self._watch_xids(nv, handle, label),
+            xid_watch=self._xids.watch(gpu.uuid, handle, label),
         )
         self._prime_samples(device)
         self._devices[gpu.uuid] = device
-        self._uuid_at[address(handle)] = gpu.uuid
         return None
-
-    def _watch_xids(self, nv: Any, handle: Any, label: str) -> Absent | None:
-        if isinstance(self._event_set, Absent):
-            return self._event_set
-        types = call(nv.nvmlDeviceGetSupportedEventTypes, handle, gpu=label)
-        if isinstance(types, Absent):
-            return types
-        if not types & nv.nvmlEventTypeXidCriticalError:
-            return Absent("not_supported")
-        done = call(nv.nvmlDeviceRegisterEvents, handle, nv.nvmlEventTypeXidCriticalError, self._event_set)
-        return done if isinstance(done, Absent) else None
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
         device = self._devices.get(gpu.uuid)
@@ -252,39 +278,48 @@ class NvmlBackend(DeviceSource):
         parts.put(gauges, SM_CLOCK_HERTZ, _scaled(get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM), 1e6))
         parts.put(gauges, MEMORY_CLOCK_HERTZ, _scaled(get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM), 1e6))
         parts.put(gauges, SM_CLOCK_MAX_HERTZ, device.max_sm_clock)
-        if now >= device.next_energy_at:
-            device.energy = _scaled(get(nv.nvmlDeviceGetTotalEnergyConsumption), 1e-3)
-            device.next_energy_at = now + self._energy_interval
-        parts.put(totals, ENERGY_JOULES, device.energy)  # between reads, the last value read
+        if now >= device.next_counters_at:
+            device.counters = {
+                ENERGY_JOULES: _scaled(get(nv.nvmlDeviceGetTotalEnergyConsumption), 1e-3),
+                PCIE_REPLAYS: _scaled(get(nv.nvmlDeviceGetPcieReplayCounter), 1),
+            }
+            device.next_counters_at = now + self._energy_interval
+        for key, value in device.counters.items():  # between reads, the last values read
+            parts.put(totals, key, value)
         for key, kind in ((ECC_CORRECTED, "CORRECTED"), (ECC_UNCORRECTED, "UNCORRECTED")):
             error_type = getattr(nv, f"NVML_MEMORY_ERROR_TYPE_{kind}")
             parts.put(
                 totals, key, _scaled(get(nv.nvmlDeviceGetTotalEccErrors, error_type, nv.NVML_VOLATILE_ECC), 1)
             )
-        parts.put(totals, PCIE_REPLAYS, _scaled(get(nv.nvmlDeviceGetPcieReplayCounter), 1))
         clock_events = self._clock_events(device)
         if isinstance(clock_events, Absent):
             parts.missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
         if isinstance(utilization, Absent):
             parts.missing[UTILIZATION] = utilization.reason
+            utilization = None
         if device.xid_watch is not None:
             parts.missing[XID_EVENTS] = device.xid_watch.reason
         return Reading(
             source=self.name,
             gauges=gauges,
-            activity={} if isinstance(utilization, Absent) else {UTILIZATION: utilization},
+            activity={} if utilization is None else {UTILIZATION: utilization},
             totals=totals,
             clock_events=clock_events,
-            xid_events=self._xids_for(gpu.uuid),
+            xid_events=self._xids.take(gpu.uuid),
             missing=parts.missing,
         )
 
-    def _utilization(self, device: _Device, now: float) -> Activity | Absent:
-        """Time-weighted NVML utilization since the last call, from the driver's own samples."""
+    def _utilization(self, device: _Device, now: float) -> Activity | Absent | None:
+        """Time-weighted NVML utilization since the last samples read; None when not read this tick."""
         nv = nvml_module()
         if device.samples_supported:
-            since = device.last_sample_us or 0
+            if now < device.next_samples_at:
+                return None
+            device.next_samples_at = now + self._utilization_interval
+            # From just before the newest sample seen, so that it comes back too (see _integrate);
+            # NVML compares these timestamps to the millisecond (measured on an H200, driver 580).
+            since = max((device.last_sample_us or 0) - 10_000, 0)
             got = call(
                 nv.nvmlDeviceGetSamples,
                 device.handle,
@@ -294,7 +329,7 @@ class NvmlBackend(DeviceSource):
             )
             if not isinstance(got, Absent):
                 return self._integrate(device, *got)
-            if got.reason == "not_found":  # no sample newer than the last one seen
+            if got.reason == "not_found":
                 return ZERO_ACTIVITY
             if got.reason != "not_supported":
                 return got
@@ -321,12 +356,21 @@ class NvmlBackend(DeviceSource):
 
     @staticmethod
     def _integrate(device: _Device, value_type: int, samples: Sequence[Any]) -> Activity | Absent:
-        """Each sample's percentage holds from the previous sample's timestamp to its own."""
-        active = covered = 0.0
+        """Each sample's percentage holds from the previous sample's timestamp to its own.
+
+        The newest sample seen before comes back first unless the driver's ring buffer (~14 s of
+        samples on an H200) overran since: then the time before the oldest sample left is not covered.
+        """
+        ordered = sorted(samples, key=lambda s: int(s.timeStamp))
         previous = device.last_sample_us
-        for sample in sorted(samples, key=lambda s: int(s.timeStamp)):  # NVML gives only newer ones
+        if ordered and previous and int(ordered[0].timeStamp) > previous:
+            previous = None
+        active = covered = 0.0
+        for sample in ordered:
             stamp = int(sample.timeStamp)
             if previous is not None:
+                if stamp <= previous:
+                    continue
                 percent = value_of(sample.sampleValue, value_type)
                 if isinstance(percent, Absent):
                     return percent
@@ -358,35 +402,7 @@ class NvmlBackend(DeviceSource):
             return current
         return {reason: bool(current & bit) for reason, bit in device.clock_event_bits}
 
-    def _xids_for(self, uuid: str) -> dict[int, int]:
-        """XIDs seen for this GPU since its last read. The event set is drained once per round of reads."""
-        with self._xid_lock:
-            if not self._read_this_round or uuid in self._read_this_round:
-                self._drain_events()
-                self._read_this_round.clear()
-            self._read_this_round.add(uuid)
-            counts = self._pending_xids.pop(uuid, None)
-        return dict(counts) if counts else {}
-
-    def _drain_events(self) -> None:
-        if self._event_set is None or isinstance(self._event_set, Absent):
-            return
-        nv = nvml_module()
-        for _ in range(_MAX_EVENTS_PER_DRAIN):
-            try:
-                event = call(nv.nvmlEventSetWait_v2, self._event_set, 0)
-            except GpuLostError:
-                return  # the lost GPU itself raises on its own read
-            if isinstance(event, Absent):  # "timeout": nothing queued
-                return
-            uuid = self._uuid_at.get(address(event.device))
-            if uuid is not None and event.eventType & nv.nvmlEventTypeXidCriticalError:
-                self._pending_xids.setdefault(uuid, Counter())[int(event.eventData)] += 1
-
     def close(self) -> None:
-        if self._event_set is not None and not isinstance(self._event_set, Absent):
-            call(nvml_module().nvmlEventSetFree, self._event_set)
-        self._event_set = None
+        self._xids.close()
         self._devices.clear()
-        self._uuid_at.clear()
         self._session.release(self)
