@@ -139,8 +139,9 @@ class Exprs:
         return f"{hollow_name(GPU, self.w)}{selector} > 0"
 
     def hollow_hours(self, selector: str, by: str) -> str:
-        """GPU-hours spent hollow over the dashboard range, integrated at one-minute steps."""
-        return f"sum by ({by}) (sum_over_time({hollow_name(GPU, self.w)}{selector}[$__range:1m])) * 60 / 3600"
+        """GPU-hours spent hollow over the dashboard range, integrated at the panel's interval."""
+        integral = f"sum_over_time({hollow_name(GPU, self.w)}{selector}[$__range:$__interval])"
+        return f"sum by ({by}) ({integral}) * $__interval_ms / 3600000"
 
     def sm_steps(self) -> list[tuple[float | None, str]]:
         return [(None, "red"), (self.t.hollow_sm_active, "orange"), (self.t.working_sm_active, "green")]

@@ -1,0 +1,232 @@
+"""Real Prometheus and Alertmanager processes for the end-to-end tests, on loopback and random ports.
+
+Both bind to 127.0.0.1 only, keep their data in a temporary directory and are stopped by the fixture
+that started them. Rule files are generated into that directory through the thresholds file, the
+way a user or the Helm chart overrides the shipped thresholds; shipped files are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from conftest import IN_CI, REPO, free_port, wait_ready
+
+# Debian installs Alertmanager as prometheus-alertmanager.
+ALERTMANAGER_NAMES = ("alertmanager", "prometheus-alertmanager")
+
+
+def require_any(*names: str) -> str:
+    """The first of these tools found; fails under CI (the test command installs it), skips elsewhere."""
+    for name in names:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    message = f"{' or '.join(names)} is not installed (the README's test command installs it)"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def generate_rules(directory: Path, overrides: Mapping[str, Any]) -> list[Path]:
+    """Rule files for the shipped thresholds with ``overrides``, written by ``python -m smlens.bundle``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    overrides_file = directory / "thresholds-overrides.yaml"
+    overrides_file.write_text(yaml.safe_dump(dict(overrides)))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smlens.bundle",
+            "rules",
+            "--out",
+            str(directory),
+            "--thresholds",
+            str(overrides_file),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return sorted(directory.glob("*.rules.yaml"))
+
+
+class _Process:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        self._log_file = log.open("wb")
+        self.process = subprocess.Popen(argv, stdout=self._log_file, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_file.close()
+
+
+@contextmanager
+def prometheus(
+    workdir: Path, targets: Mapping[str, str], rule_files: list[Path], alertmanager: str | None = None
+) -> Iterator[str]:
+    """A Prometheus scraping ``targets`` (job name to host:port) and evaluating rules every second."""
+    binary = require_any("prometheus")
+    port = free_port()
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()
+        ],
+    }
+    if alertmanager is not None:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    process = _Process(
+        [
+            binary,
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        workdir / "prometheus.log",
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base + "/-/ready", process.process)
+        yield base
+    finally:
+        process.stop()
+
+
+@contextmanager
+def alertmanager_with_webhook(workdir: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An Alertmanager that sends every notification at once to a webhook in this process.
+
+    Yields the Alertmanager's host:port and the list the webhook appends each received payload to.
+    """
+    binary = require_any(*ALERTMANAGER_NAMES)
+    received: list[dict[str, Any]] = []
+
+    class Webhook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            received.append(json.loads(self.rfile.read(length)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the test reads the payloads, not a request log."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = free_port()
+    config = {
+        "route": {
+            "receiver": "test",
+            "group_by": ["alertname", "hostname", "gpu"],
+            "group_wait": "0s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [
+            {
+                "name": "test",
+                "webhook_configs": [
+                    {"url": f"http://127.0.0.1:{server.server_address[1]}/alerts", "send_resolved": False}
+                ],
+            }
+        ],
+    }
+    config_file = workdir / "alertmanager.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    process = _Process(
+        [
+            binary,
+            f"--config.file={config_file}",
+            f"--storage.path={workdir / 'alertmanager-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        workdir / "alertmanager.log",
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", process.process)
+        yield f"127.0.0.1:{port}", received
+    finally:
+        process.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def query(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    """Instant query (now, or at unix time ``at``); a PromQL error fails loudly."""
+    params: dict[str, str | float] = {"query": expr}
+    if at is not None:
+        params["time"] = at
+    response = httpx.get(f"{base}/api/v1/query", params=params, timeout=10)
+    body = response.json()
+    if body.get("status") != "success":
+        raise AssertionError(f"query failed: {expr}\n{body.get('error')}")
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.25)
+
+
+# Grafana's global variables, with the values a dashboard on this test stack (1 s scrapes) would get.
+GRAFANA_BUILTINS = {"__rate_interval": "5s", "__interval": "1s", "__interval_ms": "1000", "__range": "1h"}
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def panel_queries(dashboard: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every query of every panel."""
+    return [
+        (panel["title"], target["expr"])
+        for panel in dashboard["panels"]
+        if panel["type"] != "row"
+        for target in panel["targets"]
+    ]
+
+
+def substitute(expr: str, values: Mapping[str, str]) -> str:
+    """The query as Grafana sends it: every ``$name`` / ``${name}`` replaced; unknown names fail."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in GRAFANA_BUILTINS:
+            return GRAFANA_BUILTINS[name]
+        if name not in values:
+            raise KeyError(f"variable ${name} is not defined by the dashboard")
+        return values[name]
+
+    return _VARIABLE.sub(value, expr)
