@@ -99,6 +99,7 @@ def test_chart_version_follows_the_package() -> None:
         ({"serviceMonitor": {"intervall": "15s"}}, "additional properties 'intervall' not allowed"),
         ({"serviceMonitor": {"interval": "15 seconds"}}, "at '/serviceMonitor/interval'"),
         ({"port": "10132"}, "at '/port': got string, want integer"),
+        ({"interval": "1s"}, "at '/interval'"),
         ({"backend": "gpm"}, "at '/backend': value must be one of 'auto', 'nvml', 'sim'"),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         ({"podResources": {"enabled": "yes"}}, "at '/podResources/enabled': got string, want boolean"),
@@ -119,6 +120,7 @@ def test_schema_accepts_global_and_set_style_numbers() -> None:
     # `global` is what a parent chart passes down; `--set thresholds.x=0.2` gives the string "0.2".
     render({"global": {"imageRegistry": "registry.example.com"}})
     render({"thresholds": {"hollow_sm_active": "0.2", "tensor_busy": 1}})
+    assert "--interval=0.5" in render({"interval": "0.5"}).container["args"]
 
 
 def test_schema_knows_exactly_the_shipped_thresholds() -> None:
