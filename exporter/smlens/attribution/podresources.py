@@ -20,7 +20,6 @@ from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAM
 from smlens.attribution.model import PODRESOURCES, Allocation, Workload
 from smlens.errors import BackendError
 
-DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 # The kubelet sends up to 16 MiB; gRPC's client default of 4 MiB is too small for busy nodes.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 

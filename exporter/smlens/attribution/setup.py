@@ -14,13 +14,14 @@ from pathlib import Path
 from smlens.attribution import sim_layout
 from smlens.attribution.devices import DeviceMap
 from smlens.attribution.mig import mig_parents
-from smlens.attribution.podresources import DEFAULT_SOCKET, PodResourcesClient, PodResourcesSource
 from smlens.attribution.processes import ProcessSource
 from smlens.attribution.refresher import AllocationSource, AttributionRefresher, UsageSource
 from smlens.backends.nvml_session import NvmlSession
 from smlens.config import Settings
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 def _socket(settings: Settings) -> Path | None:
@@ -50,6 +51,9 @@ def build_refresher(settings: Settings, gpus: Sequence[GpuIdentity]) -> Attribut
     socket = _socket(settings)
     allocation: AllocationSource | None = None
     if socket is not None:
+        # Imported here: nodes without a kubelet never need gRPC.
+        from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
+
         devices = DeviceMap(gpus)
         allocation = PodResourcesSource(
             PodResourcesClient(socket, settings.attribution_timeout),
