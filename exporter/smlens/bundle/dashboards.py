@@ -7,6 +7,7 @@ time series of one node or one GPU compute exact means per graph step from the r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard, render
 from smlens.bundle.rules import (
@@ -180,6 +181,19 @@ def _stat(
     )
 
 
+def _joined(columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Transformations that join instant table queries into one row per label set: the metric name,
+    which differs between queries, and the timestamp go first, then the value columns get names."""
+    return [
+        {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}},
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {"renameByName": {f"Value #{chr(65 + i)}": name for i, name in enumerate(columns)}},
+        },
+    ]
+
+
 def _gpu_table(
     title: str,
     description: str,
@@ -202,16 +216,7 @@ def _gpu_table(
         width=width,
         height=10,
         options={"showHeader": True, "cellHeight": "sm", "sortBy": [{"displayName": key_name, "desc": True}]},
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True, "instance": True, "job": True},
-                    "renameByName": {f"Value #{chr(65 + i)}": name for i, name in enumerate(names)},
-                },
-            },
-        ],
+        transformations=_joined(names),
     )
 
 
@@ -234,16 +239,7 @@ def _scatter(title: str, description: str, x: Query, y: Query) -> Panel:
             "tooltip": {"mode": "single", "sort": "none"},
         },
         custom={"show": "points", "pointSize": {"fixed": 8}, "pointShape": "circle"},
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True},
-                    "renameByName": {"Value #A": "Utilization", "Value #B": "SM active"},
-                },
-            },
-        ],
+        transformations=_joined(["Utilization", "SM active"]),
     )
 
 
@@ -725,23 +721,23 @@ def workload(t: Thresholds) -> JSON:
                             "cellHeight": "sm",
                             "sortBy": [{"displayName": "GPUs", "desc": True}],
                         },
-                        transformations=[
-                            {"id": "merge", "options": {}},
+                        ratio=True,
+                        overrides=[
                             {
-                                "id": "organize",
-                                "options": {
-                                    "excludeByName": {"Time": True},
-                                    "renameByName": {
-                                        "Value #A": "GPUs",
-                                        "Value #B": "Utilization",
-                                        "Value #C": "SM active",
-                                        "Value #D": "SM occupancy",
-                                        "Value #E": "Tensor active",
-                                        "Value #F": "SM efficiency",
-                                    },
-                                },
-                            },
+                                "matcher": {"id": "byName", "options": "GPUs"},
+                                "properties": [{"id": "unit", "value": "none"}],
+                            }
                         ],
+                        transformations=_joined(
+                            [
+                                "GPUs",
+                                "Utilization",
+                                "SM active",
+                                "SM occupancy",
+                                "Tensor active",
+                                "SM efficiency",
+                            ]
+                        ),
                     ),
                 ],
             ),

@@ -42,6 +42,7 @@ class Panel:
     steps: Sequence[tuple[float | None, str]] = ()  # threshold colours, the first from -inf (None)
     options: Mapping[str, Any] = field(default_factory=dict)
     custom: Mapping[str, Any] = field(default_factory=dict)  # fieldConfig.defaults.custom
+    overrides: Sequence[Mapping[str, Any]] = ()  # fieldConfig.overrides: per-field settings
     transformations: Sequence[Mapping[str, Any]] = ()
 
 
@@ -99,7 +100,7 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> JSON:
         "description": panel.description,
         "datasource": dict(DATASOURCE),
         "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
-        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": [dict(o) for o in panel.overrides]},
         "options": dict(panel.options),
         "targets": [_target(query, refs[i], table) for i, query in enumerate(panel.queries)],
     }
