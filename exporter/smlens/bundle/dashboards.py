@@ -63,6 +63,7 @@ TIMELINE_OPTIONS = {
     "tooltip": {"mode": "single", "sort": "none"},
 }
 
+GAP = "Utilization - SM active"
 NODE = Variable("hostname", "Node", "label_values(gpu_info, hostname)")
 NODES = Variable("hostname", "Node", "label_values(gpu_info, hostname)", multi=True)
 NODE_GPUS = Variable("gpu", "GPU", 'label_values(gpu_info{hostname="$hostname"}, gpu)', multi=True)
@@ -200,9 +201,10 @@ def _gpu_table(
     key: tuple[str, str],
     columns: Sequence[tuple[str, str]],
     width: int = 24,
+    sort_by: str | None = None,
 ) -> Panel:
-    """One row per GPU series of the ``key`` column (name, expression), sorted by it; every other column
-    is a per-GPU expression restricted to those rows."""
+    """One row per GPU series of the ``key`` column (name, expression); every other column is a per-GPU
+    expression restricted to those rows. Sorted by ``sort_by``, the key column by default."""
     key_name, key_expr = key
     queries = [Query(key_expr, instant=True)]
     queries += [Query(f"{expr}\nand\n{key_expr}", instant=True) for _, expr in columns]
@@ -215,7 +217,11 @@ def _gpu_table(
         ratio=True,
         width=width,
         height=10,
-        options={"showHeader": True, "cellHeight": "sm", "sortBy": [{"displayName": key_name, "desc": True}]},
+        options={
+            "showHeader": True,
+            "cellHeight": "sm",
+            "sortBy": [{"displayName": sort_by or key_name, "desc": True}],
+        },
         transformations=_joined(names),
     )
 
@@ -361,7 +367,7 @@ def fleet(t: Thresholds) -> JSON:
                         f" ({hollow_rule}). Workload columns are filled when one container holds the GPU."
                         " Fix: see the runbook of GPUBusyButSMUnderused (batch size, CUDA graphs, input"
                         " pipeline).",
-                        ("Utilization - SM active", top_hollow),
+                        (GAP, top_hollow),
                         [
                             ("Utilization", e.mean(GPU, UTILIZATION, sel)),
                             ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
@@ -520,20 +526,19 @@ def node(t: Thresholds) -> JSON:
                 [
                     _gpu_table(
                         "GPUs by SM activity",
-                        f"Every selected GPU with its {t.window} means, sorted by the gap between utilization"
-                        f" and SM active. A gap above {_pct(t.busy_utilization - t.hollow_sm_active)} with"
-                        " high utilization is a hollow GPU; see the GPU dashboard.",
-                        (
-                            "Utilization - SM active",
-                            f"{e.mean(GPU, UTILIZATION, sel)} - {e.mean(GPU, SM_ACTIVE, sel)}",
-                        ),
+                        f"Every selected GPU with its {t.window} means, the largest gap between utilization"
+                        " and SM active first. Utilization of at least"
+                        f" {_pct(t.busy_utilization)} with SM active at or below {_pct(t.hollow_sm_active)}"
+                        " is a hollow GPU; see the GPU dashboard and the runbook of GPUBusyButSMUnderused.",
+                        ("Utilization", e.mean(GPU, UTILIZATION, sel)),
                         [
-                            ("Utilization", e.mean(GPU, UTILIZATION, sel)),
                             ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
+                            (GAP, f"{e.mean(GPU, UTILIZATION, sel)} - {e.mean(GPU, SM_ACTIVE, sel)}"),
                             ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, sel)),
                             ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, sel)),
                             ("DRAM active", e.mean(GPU, DRAM_ACTIVE, sel)),
                         ],
+                        sort_by=GAP,
                     )
                 ],
             ),
