@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pynvml
 import pytest
 
@@ -66,6 +68,17 @@ def test_each_read_covers_exactly_the_interval_since_the_previous(monkeypatch: p
     assert second.increments[m.NVLINK_RX_BYTES] == pytest.approx(40_000.0 * MIB * 0.5)
     assert set(second.activity) == set(m.PROFILING_ACTIVITIES) and second.missing == {}
     assert second.profiling and second.source == "gpm"
+
+
+def test_a_value_that_is_not_a_number_is_missing_not_integrated(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 50.0, DRAM: math.nan, PCIE_TX: math.nan}))
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=0.0)
+    node.advance(1.0)
+    reading = backend.read(gpu, now=1.0)
+    assert reading.missing == {m.DRAM_ACTIVE: "not_a_number", m.PCIE_TX_BYTES: "not_a_number"}
+    assert m.DRAM_ACTIVE not in reading.activity and m.PCIE_TX_BYTES not in reading.increments
+    assert ratio_seconds(reading, m.SM_ACTIVE) == (0.5, 1.0)
 
 
 def test_percent_is_clamped_to_a_ratio(monkeypatch: pytest.MonkeyPatch) -> None:

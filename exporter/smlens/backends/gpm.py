@@ -11,6 +11,7 @@ Made by :func:`smlens.backends.nvml.open_nvml_backends`, sharing one NVML sessio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,6 +155,8 @@ class GpmBackend(Backend):
             returned = result.nvmlReturn
             if returned != nv.NVML_SUCCESS:
                 missing[key] = failure(returned, state.label).reason
+            elif not math.isfinite(result.value):  # one NaN would poison the *_seconds_total integral
+                missing[key] = "not_a_number"
             elif is_ratio:
                 activity[key] = Activity.of(result.value / 100, seconds)
             else:
