@@ -93,7 +93,7 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
     cases = [
         (("serve", "--interval", "0"), 1, "--interval: '0' must be from 0.1 to 60.0"),
         (("serve", "--interval", "fast"), 1, "must be a number"),
-        (("serve", "--backend", "cuda"), 1, "must be one of auto, nvml, sim"),
+        (("serve", "--backend", "cuda"), 1, "must be one of auto, nvml, dcgm, sim"),
         (("serve", "--listen", "nowhere"), 1, "must be HOST:PORT"),
         (("serve", "--frobnicate"), 2, "unrecognized arguments: --frobnicate"),
         (("serve", "--config", str(bad_yaml)), 1, "is not valid YAML"),

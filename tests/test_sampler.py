@@ -196,3 +196,20 @@ def test_listeners_get_every_snapshot_and_thread_runs() -> None:
         sampler.close()
     assert seen[:3] == [1, 2, 3]
     assert not sampler.alive()
+
+
+def test_a_later_profiling_backend_is_offered_only_the_gpus_no_earlier_one_serves() -> None:
+    offered: list[list[str]] = []
+
+    class Fallback(Profiler):
+        name = "fallback"
+
+        def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+            offered.append([g.uuid for g in gpus])
+            return {g.uuid: None for g in gpus}
+
+    sampler = Sampler(Devices(), [Profiler(), Fallback()], hostname="n", interval=1.0)
+    sampler.open()
+    assert offered == [["GPU-1"]]
+    snap = sampler.tick()
+    assert [g.profiling_source for g in snap.gpus] == ["prof", "fallback"]

@@ -6,11 +6,17 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from smlens import __version__, thresholds
 from smlens.config import Settings, add_flags, resolve
 from smlens.errors import SmlensError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from smlens.sampler import Sampler
 
 log = logging.getLogger("smlens")
 
@@ -37,6 +43,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_token(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SmlensError(f"cannot read admin token file {path}: {exc.strerror}.") from exc
+
+
+def _mount_admin(app: FastAPI, sampler: Sampler, token: str) -> None:
+    from smlens.admin import profiling_router
+    from smlens.backends.dcgm import DcgmBackend
+
+    dcgm = next((b for b in sampler.backends if isinstance(b, DcgmBackend)), None)
+    if dcgm is None:
+        sampler.close()
+        raise SmlensError(
+            "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
+        )
+    app.include_router(profiling_router(dcgm, token))
+
+
 def _serve(settings: Settings) -> int:
     import uvicorn
 
@@ -44,6 +70,7 @@ def _serve(settings: Settings) -> int:
     from smlens.runtime import build_sampler
 
     limits = thresholds.load(settings.thresholds)
+    token = _read_token(settings.admin_token_file) if settings.admin_token_file else None
     sampler = build_sampler(settings)
     publisher = Publisher()
     sampler.subscribe(publisher.publish)
@@ -59,6 +86,8 @@ def _serve(settings: Settings) -> int:
         settings.interval,
     )
     app = create_app(publisher, limits, sampler.alive)
+    if token is not None:
+        _mount_admin(app, sampler, token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     try:

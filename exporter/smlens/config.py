@@ -101,9 +101,10 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "backend",
-        _choice("auto", "nvml", "sim"),
+        _choice("auto", "nvml", "dcgm", "sim"),
         "auto",
-        "data source: auto (NVML plus GPM where supported), nvml (no profiling metrics) or sim",
+        "data source: auto (NVML, plus GPM where supported, else DCGM when reachable), nvml (no "
+        "profiling metrics), dcgm (NVML plus DCGM profiling, no GPM) or sim",
     ),
     Option("listen", parse_listen, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT to serve on", ("serve",)),
     Option("interval", _number(float, 0.1, 60.0), 1.0, "sampling interval in seconds (0.1-60)"),
@@ -125,6 +126,29 @@ OPTIONS: tuple[Option, ...] = (
     Option("sim_scenario", _path, None, "YAML file of time-varying simulated GPU phases"),
     Option("thresholds", _path, None, "YAML file overriding the shipped verdict thresholds"),
     Option("log_level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+    # DCGM profiling for GPUs without GPM (docs/dcgm.md).
+    Option(
+        "dcgm_hostengine",
+        _text,
+        None,
+        "nv-hostengine to use: HOST[:PORT] or unix:///path (default localhost:5555)",
+    ),
+    Option(
+        "dcgm_embedded",
+        _flag,
+        False,
+        "start an embedded DCGM engine instead of using nv-hostengine (needs root; never on a GPU "
+        "Operator node, whose hostengine holds the profiling lock)",
+        is_switch=True,
+    ),
+    Option(
+        "admin_token_file",
+        _path,
+        None,
+        "file holding a bearer token (16+ characters) that enables /admin/profiling/pause and /resume "
+        "for DCGM; off without it",
+        ("serve",),
+    ),
     # Workload attribution (docs/attribution.md).
     Option(
         "pod_resources_socket",

@@ -2,32 +2,60 @@
 
 from __future__ import annotations
 
+import logging
+
 from smlens.backends.base import Backend, DeviceSource
 from smlens.backends.sim import Scenario, SimBackend, load_scenario
 from smlens.config import Settings
+from smlens.errors import BackendUnavailable
+from smlens.model import GpuIdentity
 from smlens.sampler import Sampler
 
+log = logging.getLogger(__name__)
 
-def build_backends(settings: Settings) -> tuple[DeviceSource, list[Backend]]:
-    """The device source and the extra (profiling) backends, in priority order."""
+
+def build_backends(settings: Settings) -> tuple[DeviceSource, list[GpuIdentity], list[Backend]]:
+    """The device source, its GPUs and the extra (profiling) backends, in priority order.
+
+    GPUs are discovered first so that a node without NVML fails with that cause before any
+    optional source (DCGM) is tried."""
     if settings.backend == "sim":
         scenario = (
             load_scenario(settings.sim_scenario)
             if settings.sim_scenario
             else Scenario.steady(settings.sim_gpus)
         )
-        return SimBackend(scenario, seed=settings.sim_seed, hostname_hint=settings.node_name), []
+        sim = SimBackend(scenario, seed=settings.sim_seed, hostname_hint=settings.node_name)
+        return sim, sim.discover(), []
     from smlens.backends.nvml import open_nvml_backends
 
     nvml, gpm = open_nvml_backends(energy_interval=settings.energy_interval)
-    return nvml, ([gpm] if settings.backend == "auto" else [])
+    try:
+        gpus = nvml.discover()
+    except BaseException:
+        nvml.close()
+        raise
+    extras: list[Backend] = [gpm] if settings.backend == "auto" else []
+    if settings.backend in ("auto", "dcgm"):
+        from smlens.backends.dcgm import open_dcgm_backend
+
+        try:
+            extras.append(
+                open_dcgm_backend(settings.dcgm_hostengine, settings.dcgm_embedded, settings.interval)
+            )
+        except BackendUnavailable as exc:
+            if settings.backend == "dcgm":
+                nvml.close()
+                raise
+            log.info("DCGM not used (GPUs without GPM get NVML metrics only): %s", exc)
+    return nvml, gpus, extras
 
 
 def build_sampler(settings: Settings) -> Sampler:
-    device, extras = build_backends(settings)
+    device, gpus, extras = build_backends(settings)
     sampler = Sampler(device, extras, hostname=settings.node_name, interval=settings.interval)
     try:
-        gpus = sampler.open()
+        gpus = sampler.open(gpus)
         if "attribution_interval" in settings.values:  # serve has attribution options, check has none
             from smlens.attribution.setup import build_refresher
 

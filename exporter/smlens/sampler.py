@@ -21,6 +21,7 @@ from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import (
     ACTIVITIES,
+    SM_ACTIVE,
     ZERO_ACTIVITY,
     Activity,
     BackendStats,
@@ -89,6 +90,10 @@ class Sampler:
     def interval(self) -> float:
         return self._interval
 
+    @property
+    def backends(self) -> tuple[Backend, ...]:
+        return tuple(book.backend for book in self._books)
+
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
@@ -96,12 +101,18 @@ class Sampler:
         """Put the refresher's latest attribution in every snapshot; it starts and closes with the sampler."""
         self._attribution = refresher
 
-    def open(self) -> list[GpuIdentity]:
-        """Discover GPUs and attach every backend; raises if the device source is unusable."""
-        gpus = self._device.discover()
+    def open(self, gpus: Sequence[GpuIdentity] | None = None) -> list[GpuIdentity]:
+        """Attach every backend to ``gpus`` (discovered by the device source when not given)."""
+        gpus = list(self._device.discover() if gpus is None else gpus)
         self._gpus = [_GpuBook(g) for g in gpus]
         for book in self._books:
-            verdicts = book.backend.attach(gpus)
+            # A later profiling backend only gets the GPUs that no earlier one serves (DCGM after GPM).
+            wanted = [
+                g.identity
+                for g in self._gpus
+                if not book.backend.provides_profiling or g.profiling_source is None
+            ]
+            verdicts = book.backend.attach(wanted) if wanted else {}
             book.served = {uuid for uuid, reason in verdicts.items() if reason is None}
             if not book.backend.provides_profiling:
                 continue
@@ -245,7 +256,7 @@ class Sampler:
             profiling_source=gpu.profiling_source,
             profiling_available=profiled_ok,
             profiling_reason=gpu.profiling_reason
-            or ("" if profiled_ok else missing.get(gpu.profiling_source or "", "")),
+            or ("" if profiled_ok else missing.get(gpu.profiling_source or "", missing.get(SM_ACTIVE, ""))),
             sources=tuple(r.source for r in readings),
         )
 

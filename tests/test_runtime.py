@@ -1,0 +1,72 @@
+"""Backend selection for --backend auto|nvml|dcgm, through the fake pynvml and the DCGM test double."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from fakes.fake_pynvml import FakeGpu, install
+from smlens.config import resolve
+from smlens.errors import BackendUnavailable
+from smlens.runtime import build_sampler
+
+FAKE_DCGM = Path(__file__).resolve().parent / "fakes" / "fake_dcgm"
+HOPPER, AMPERE = "GPU-11111111-0000-0000-0000-000000000000", "GPU-22222222-0000-0000-0000-000000000000"
+
+
+@pytest.fixture
+def dcgm_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    monkeypatch.syspath_prepend(str(FAKE_DCGM))
+    for name in ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue", "dcgm_fake_engine"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    engine = importlib.import_module("dcgm_fake_engine")
+    engine.reset()
+    yield engine
+    engine.reset()
+
+
+def node(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, FakeGpu(HOPPER), FakeGpu(AMPERE, name="NVIDIA A100-SXM4-80GB", gpm_supported=False))
+
+
+def sources(backend: str, **flags: str) -> dict[str, str | None]:
+    sampler = build_sampler(resolve("check", {"backend": backend, **flags}, environ={}))
+    try:
+        snapshot = sampler.tick()
+        return {gpu.identity.uuid: gpu.profiling_source for gpu in snapshot.gpus}
+    finally:
+        sampler.close()
+
+
+def test_auto_uses_gpm_where_supported_and_dcgm_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch, dcgm_engine: ModuleType
+) -> None:
+    node(monkeypatch)
+    engine = dcgm_engine.FakeHostengine([dcgm_engine.FakeGpu(AMPERE)])
+    dcgm_engine.REGISTRY.listen(engine, "localhost:5555")
+    assert sources("auto") == {HOPPER: "gpm", AMPERE: "dcgm"}
+
+
+def test_auto_without_dcgm_leaves_older_gpus_without_profiling(
+    monkeypatch: pytest.MonkeyPatch, dcgm_engine: ModuleType
+) -> None:
+    node(monkeypatch)  # no hostengine listens
+    assert sources("auto") == {HOPPER: "gpm", AMPERE: None}
+
+
+def test_nvml_backend_never_profiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    node(monkeypatch)
+    assert sources("nvml") == {HOPPER: None, AMPERE: None}
+
+
+def test_explicit_dcgm_without_a_hostengine_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, dcgm_engine: ModuleType
+) -> None:
+    node(monkeypatch)
+    with pytest.raises(BackendUnavailable, match=r"start it .*or pass --dcgm-hostengine"):
+        sources("dcgm")
