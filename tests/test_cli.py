@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ExporterFactory, require_tool, run_cli
+from conftest import ExporterFactory, free_port, require_tool, run_cli
 
 OWNER_LABELS = {"namespace", "pod", "container"}
 
@@ -112,3 +112,21 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
 def test_version() -> None:
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("smlens ")
+
+
+def test_admin_token_needs_dcgm_and_a_readable_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("a-long-enough-secret-token\n")
+    result = run_cli(
+        "serve", "--backend", "sim", "--listen", f"127.0.0.1:{free_port()}", "--admin-token-file", str(token)
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "smlens: --admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
+    )
+    result = run_cli("serve", "--backend", "sim", "--admin-token-file", str(tmp_path / "absent"))
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == f"smlens: cannot read admin token file {tmp_path / 'absent'}: No such file or directory."
+    )
