@@ -100,7 +100,7 @@ def test_chart_version_follows_the_package() -> None:
         ({"serviceMonitor": {"interval": "15 seconds"}}, "at '/serviceMonitor/interval'"),
         ({"port": "10132"}, "at '/port': got string, want integer"),
         ({"interval": "1s"}, "at '/interval'"),
-        ({"backend": "gpm"}, "at '/backend': value must be one of 'auto', 'nvml', 'sim'"),
+        ({"backend": "gpm"}, "at '/backend': value must be one of 'auto', 'nvml', 'dcgm', 'sim'"),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         ({"podResources": {"enabled": "yes"}}, "at '/podResources/enabled': got string, want boolean"),
         ({"thresholds": {"hollow_sm_activ": 0.2}}, "additional properties 'hollow_sm_activ' not allowed"),
@@ -137,6 +137,7 @@ def test_schema_knows_exactly_the_shipped_thresholds() -> None:
             "serviceMonitor.enabled and podMonitor.enabled are both true",
         ),
         ({"podResources": {"enabled": True}}, "podResources.enabled needs the container to run as uid 0"),
+        ({"dcgm": {"embedded": True}}, "dcgm.embedded needs the container to run as uid 0"),
         ({"webConfig": {"enabled": True}}, "TLS and basic auth are not supported by this smlens version"),
         ({"service": {"enabled": False}}, "serviceMonitor.enabled needs service.enabled"),
     ],
@@ -218,6 +219,13 @@ def test_dcgm_variant_image_and_hostengine() -> None:
         "registry.example.com/gpu/smlens@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
     )
     assert "--dcgm-hostengine=$(NODE_IP):5555" in container["args"]
+    assert "--admin-token-file=/etc/smlens-admin/token" in container["args"]
+    pod = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    (token,) = [v for v in pod["volumes"] if v["name"] == "admin-token"]
+    assert token["secret"] == {
+        "secretName": "smlens-admin-token",
+        "items": [{"key": "token", "path": "token"}],
+    }
     assert _env(container)["NODE_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     assert container["args"][-1] == "--energy-interval=30"
     dashboards = rendered.of_kind("ConfigMap")

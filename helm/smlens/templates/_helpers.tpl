@@ -132,6 +132,9 @@ neither land on GPU series nor clash with the workload's, and the node name is a
 {{- if and .Values.podResources.enabled (ne (toString .Values.securityContext.runAsUser) "0") }}
 {{- fail "podResources.enabled needs the container to run as uid 0 because the kubelet's socket is owned by root: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
 {{- end }}
+{{- if and .Values.dcgm.embedded (ne (toString .Values.securityContext.runAsUser) "0") }}
+{{- fail "dcgm.embedded needs the container to run as uid 0 for DCGM profiling: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
+{{- end }}
 {{- if .Values.webConfig.enabled }}
 {{- fail "webConfig.enabled: TLS and basic auth are not supported by this smlens version yet; leave webConfig.enabled false." }}
 {{- end }}
