@@ -1,0 +1,5 @@
+import sys
+
+from bench.truth.harness import main
+
+sys.exit(main())

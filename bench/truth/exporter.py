@@ -1,0 +1,136 @@
+"""The shipped smlens CLI as a child process: ``smlens serve`` over real HTTP, and ``smlens check``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+from bench.metrics_latency import free_port
+from bench.truth.metrics import Scrape, parse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def smlens_env(source: Path = REPO / "exporter", **extra: str) -> dict[str, str]:
+    """This process' environment with smlens' source first on PYTHONPATH (other entries kept)."""
+    path = os.pathsep.join(p for p in (str(source), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+class Exporter:
+    """``python3 -m smlens serve`` on a free loopback port, until closed."""
+
+    def __init__(
+        self,
+        log: Path,
+        interval: float,
+        *extra_args: str,
+        backend: str = "auto",
+        env: dict[str, str] | None = None,
+        user: int | None = None,
+        group: int | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._log: IO[bytes] = log.open("wb")
+        argv = [sys.executable, "-m", "smlens", "serve", "--backend", backend]
+        argv += ["--listen", f"127.0.0.1:{self.port}", "--interval", str(interval), *extra_args]
+        self.argv = argv
+        self._process = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env or smlens_env(),
+            user=user,
+            group=group,
+            cwd=cwd,
+            extra_groups=[] if user is not None else None,
+        )
+        self._client = httpx.Client(base_url=self.base, timeout=10)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"smlens serve exited with {self._process.returncode} before it was ready")
+            try:
+                if self._client.get("/-/ready").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"smlens serve not ready after {timeout:.0f} s")
+
+    @property
+    def client(self) -> httpx.Client:
+        return self._client
+
+    def scrape(self) -> Scrape:
+        response = self._client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        response.raise_for_status()
+        return parse(response.text, time.monotonic())
+
+    def gpus(self) -> Any:
+        response = self._client.get("/api/v1/gpus")
+        response.raise_for_status()
+        return response.json()
+
+    def close(self) -> None:
+        self._client.close()
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+    def __enter__(self) -> Exporter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class CheckRun:
+    """``python3 -m smlens check --json`` started now, read when done."""
+
+    def __init__(self, duration: float, backend: str = "auto", *extra_args: str) -> None:
+        argv = [sys.executable, "-m", "smlens", "check", "--backend", backend, "--json"]
+        self._process = subprocess.Popen(
+            [*argv, "--duration", str(duration), *extra_args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=smlens_env(),
+        )
+
+    def result(self, timeout: float = 60) -> Any:
+        """The parsed JSON report; RuntimeError with smlens' own message when it failed."""
+        try:
+            out, err = self._process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            raise RuntimeError(f"smlens check did not finish within {timeout:.0f} s") from None
+        if self._process.returncode != 0:
+            raise RuntimeError(f"smlens check exited with {self._process.returncode}: {err.strip()}")
+        return json.loads(out)
+
+
+def verdict_of(report: Any, gpu: int) -> tuple[str, str, dict[str, float | None]]:
+    """(code, text, means) of one GPU in a ``smlens check --json`` report."""
+    for entry in report["gpus"]:
+        if entry["index"] == gpu:
+            return entry["verdict"]["code"], entry["verdict"]["text"], entry["means"]
+    raise KeyError(f"GPU {gpu} is not in the smlens check report")
