@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Reads that cost milliseconds on an H200 (bench/nvml_call_cost.py) are not made every tick:
 DEFAULT_ENERGY_INTERVAL = 15.0  # energy (~4 ms) and PCIe replay (~0.15 ms) counters
-DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples (~2.1 ms); the driver keeps ~14 s of them
+DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples (~2.8 ms); the driver keeps ~14 s of them
 CLOCK_EVENTS = "clock_events"  # key in Reading.missing
 XID_EVENTS = "xid_events"  # key in Reading.missing
 
