@@ -25,6 +25,9 @@ LIMITS = thresholds.load()
         (0.992, 0.986, 0.797, 0.0, 0.88, "memory_bound"),  # 2 GiB device copy
         (1.0, None, None, None, None, "no_profiling"),
         (None, None, None, None, None, "unknown"),
+        (None, 0.00757, 0.00012, 0.0, 0.0, "sm_underused"),  # utilization not read in the window
+        (None, 0.0, 0.0, 0.0, 0.0, "idle"),
+        (None, 0.959, 0.142, 0.931, 0.173, "working"),
     ],
 )
 def test_reference_workloads(

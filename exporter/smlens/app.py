@@ -99,7 +99,7 @@ def create_app(
 
     def not_ready() -> str | None:
         current = publisher.current
-        if current is None:
+        if current is None or current.snapshot.sequence < 2:  # the first tick only primes the counters
             return "no complete sample yet"
         limit = max(STALE_INTERVALS * current.snapshot.interval_seconds, STALE_MIN_SECONDS)
         if current.age() > limit:

@@ -74,12 +74,11 @@ def _serve(settings: Settings) -> int:
     sampler = build_sampler(settings)
     publisher = Publisher()
     sampler.subscribe(publisher.publish)
-    sampler.tick()
     sampler.start()
     host, port = settings.listen
     log.info(
         "serving %d GPU(s) on http://%s:%d/metrics (backend %s, interval %.2f s)",
-        len(sampler.latest.gpus) if sampler.latest else 0,
+        len(sampler.gpus),
         host,
         port,
         settings.backend,
@@ -104,7 +103,9 @@ def _check(settings: Settings, seconds: float, as_json: bool) -> int:
     if not 0.5 <= seconds <= 600:
         raise SmlensError(f"--duration must be from 0.5 to 600 seconds, got {seconds}.")
     limits = thresholds.load(settings.thresholds)
-    sampler = build_sampler(settings)
+    # Utilization must be read inside the short window, not only every --utilization-interval.
+    window = dict(settings.values, utilization_interval=min(settings.utilization_interval, seconds / 2))
+    sampler = build_sampler(Settings(window))
     try:
         first, last = sample(sampler, seconds)
     finally:

@@ -121,6 +121,13 @@ OPTIONS: tuple[Option, ...] = (
         15.0,
         "seconds between reads of the energy counter (one read costs ~4 ms per GPU)",
     ),
+    Option(
+        "utilization_interval",
+        _number(float, 0.1, 10.0),
+        5.0,
+        "seconds between reads of the driver's utilization samples (one read costs ~2 ms per GPU; each "
+        "read integrates every sample since the last, so the counters stay exact)",
+    ),
     Option("sim_gpus", _number(int, 1, 64), 8, "number of simulated GPUs (--backend sim)"),
     Option("sim_seed", _number(int, 0), 0, "seed of the simulated node's noise"),
     Option("sim_scenario", _path, None, "YAML file of time-varying simulated GPU phases"),

@@ -29,7 +29,9 @@ def build_backends(settings: Settings) -> tuple[DeviceSource, list[GpuIdentity],
         return sim, sim.discover(), []
     from smlens.backends.nvml import open_nvml_backends
 
-    nvml, gpm = open_nvml_backends(energy_interval=settings.energy_interval)
+    nvml, gpm = open_nvml_backends(
+        energy_interval=settings.energy_interval, utilization_interval=settings.utilization_interval
+    )
     try:
         gpus = nvml.discover()
     except BaseException:

@@ -91,6 +91,10 @@ class Sampler:
         return self._interval
 
     @property
+    def gpus(self) -> tuple[GpuIdentity, ...]:
+        return tuple(gpu.identity for gpu in self._gpus)
+
+    @property
     def backends(self) -> tuple[Backend, ...]:
         return tuple(book.backend for book in self._books)
 

@@ -22,16 +22,22 @@ def judge(
     dram: float | None,
 ) -> Verdict:
     """Classify mean ratios (0..1) of one GPU over some window. None means unavailable."""
-    if utilization is None and sm_active is None:
-        return Verdict("unknown", "no data")
-    util = utilization or 0.0
     if sm_active is None:
-        if util < t.idle_utilization:
+        if utilization is None:
+            return Verdict("unknown", "no data")
+        if utilization < t.idle_utilization:
             return Verdict("idle", "idle (no kernels ran)")
         return Verdict("no_profiling", "kernels ran, but SM activity is unavailable on this GPU")
-    if util < t.idle_utilization and sm_active < t.idle_utilization:
+    if utilization is None:  # never read as 0: the SM figures alone decide
+        if sm_active == 0.0:
+            return Verdict("idle", "idle (no kernels ran)")
+        if sm_active <= t.hollow_sm_active:
+            return Verdict(
+                "sm_underused", "SMs mostly idle (utilization unavailable: hollow or intermittent)"
+            )
+    elif utilization < t.idle_utilization and sm_active < t.idle_utilization:
         return Verdict("idle", "idle (no kernels ran)")
-    if util >= t.busy_utilization and sm_active <= t.hollow_sm_active:
+    elif utilization >= t.busy_utilization and sm_active <= t.hollow_sm_active:
         return Verdict("hollow", "busy but SMs mostly idle: kernels too small or too few to fill the GPU")
     if dram is not None and dram >= t.memory_bound_dram:
         return Verdict("memory_bound", "memory-bound: DRAM bandwidth near its peak")

@@ -52,7 +52,13 @@ def build_refresher(settings: Settings, gpus: Sequence[GpuIdentity]) -> Attribut
     allocation: AllocationSource | None = None
     if socket is not None:
         # Imported here: nodes without a kubelet never need gRPC.
-        from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
+        try:
+            from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
+        except (ImportError, RuntimeError) as exc:  # protobuf/grpcio older than the committed stubs
+            raise ConfigError(
+                f"pod attribution needs grpcio>=1.85.1 and protobuf>=7.35.1 ({exc}); upgrade them or "
+                "pass --pod-resources-socket only where they are installed."
+            ) from None
 
         devices = DeviceMap(gpus)
         allocation = PodResourcesSource(
