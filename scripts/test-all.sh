@@ -19,6 +19,6 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 
-echo "== ruff"; python3 -m ruff check . && python3 -m ruff format --check .
+echo "== ruff"; python3 -m ruff check exporter tests bench tools && python3 -m ruff format --check exporter tests bench tools
 echo "== mypy"; python3 -m mypy
 echo "== pytest"; python3 -m pytest -q -p no:cacheprovider "$@"
