@@ -221,6 +221,7 @@ def test_install_step_in_a_clean_venv_gives_a_working_exporter(tmp_path: Path) -
     )
     try:
         wait_ready(f"http://127.0.0.1:{port}/-/healthy", exporter)
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", exporter)  # after the first complete interval
         assert "gpu_sm_active_ratio{" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
         exporter.terminate()
