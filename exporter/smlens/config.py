@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.errors import ConfigError
+from smlens.yamlfile import read_yaml
 
 DEFAULT_PORT = 10132
 
@@ -260,12 +259,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}.") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    raw = read_yaml(path, "config file")
     if raw is None:
         return {}
     if not isinstance(raw, dict):

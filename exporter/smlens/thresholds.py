@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from smlens.errors import ConfigError
+from smlens.yamlfile import read_yaml
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _URL = re.compile(r"^https?://\S+$")
@@ -95,12 +96,7 @@ def load(path: Path | None = None) -> Thresholds:
     base = _build(shipped, "shipped thresholds.yaml")
     if path is None:
         return base
-    try:
-        overrides = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}.") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"thresholds file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    overrides = read_yaml(path, "thresholds file")
     if overrides is None:
         return base
     if not isinstance(overrides, dict):

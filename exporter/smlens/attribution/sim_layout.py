@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smlens.attribution.model import SIM, Allocation, Workload
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity
+from smlens.yamlfile import read_yaml
 
 EXCLUSIVE_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -57,12 +56,7 @@ def _name(entry: dict[str, Any], key: str, where: str) -> str:
 
 def load(path: Path) -> tuple[SimPod, ...]:
     """Read a sim pod layout file (see the module docstring)."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read sim pod layout {path}: {exc.strerror}.") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"sim pod layout {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    raw = read_yaml(path, "sim pod layout")
     if not isinstance(raw, dict) or not isinstance(raw.get("pods"), list):
         raise ConfigError(f"sim pod layout {path} needs a list under 'pods' (it may be empty).")
     pods = []

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from smlens.backends.base import Backend
-from smlens.backends.nvml_calls import Absent, call, describe, failure, nvml_module
+from smlens.backends.nvml_calls import Absent, attach_each, call, describe, failure, nvml_module
 from smlens.backends.nvml_session import NvmlSession
-from smlens.errors import BackendError, GpuLostError
+from smlens.errors import BackendError
 from smlens.model import (
     DRAM_ACTIVE,
     FP16_ACTIVE,
@@ -94,16 +94,10 @@ class GpmBackend(Backend):
     def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
         self._session.acquire(self)
         nv = nvml_module()
-        verdicts: dict[str, str | None] = {}
-        for gpu in gpus:
-            self._free(nv, self._gpus.pop(gpu.uuid, None))
-            try:
-                verdicts[gpu.uuid] = self._attach_one(nv, gpu)
-            except GpuLostError as exc:
-                verdicts[gpu.uuid] = str(exc)
-        return verdicts
+        return attach_each(gpus, lambda gpu: self._attach_one(nv, gpu))
 
     def _attach_one(self, nv: Any, gpu: GpuIdentity) -> str | None:
+        self._free(nv, self._gpus.pop(gpu.uuid, None))
         handle = self._session.handle(gpu)
         if isinstance(handle, Absent):
             return f"NVML has no handle for this GPU ({handle.reason})"

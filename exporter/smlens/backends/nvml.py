@@ -20,7 +20,16 @@ from typing import Any
 
 from smlens.backends.base import DeviceSource
 from smlens.backends.gpm import GpmBackend
-from smlens.backends.nvml_calls import Absent, call, describe, failure, nvml_module, text, value_of
+from smlens.backends.nvml_calls import (
+    Absent,
+    attach_each,
+    call,
+    describe,
+    failure,
+    nvml_module,
+    text,
+    value_of,
+)
 from smlens.backends.nvml_session import NvmlSession
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
@@ -221,13 +230,7 @@ class NvmlBackend(DeviceSource):
     def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
         self._session.acquire(self)
         nv = nvml_module()
-        verdicts: dict[str, str | None] = {}
-        for gpu in gpus:
-            try:
-                verdicts[gpu.uuid] = self._attach_one(nv, gpu)
-            except GpuLostError as exc:
-                verdicts[gpu.uuid] = str(exc)
-        return verdicts
+        return attach_each(gpus, lambda gpu: self._attach_one(nv, gpu))
 
     def _attach_one(self, nv: Any, gpu: GpuIdentity) -> str | None:
         handle = self._session.handle(gpu)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -94,3 +94,16 @@ def text(value: str | bytes) -> str:
 def address(handle: Any) -> int:
     """The address a device handle points to: equal for two handles of the same GPU."""
     return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def attach_each(
+    gpus: Sequence[GpuIdentity], attach_one: Callable[[GpuIdentity], str | None]
+) -> dict[str, str | None]:
+    """Per GPU uuid, None if ``attach_one`` serves it, else why not; a lost GPU is one such reason."""
+    verdicts: dict[str, str | None] = {}
+    for gpu in gpus:
+        try:
+            verdicts[gpu.uuid] = attach_one(gpu)
+        except GpuLostError as exc:
+            verdicts[gpu.uuid] = str(exc)
+    return verdicts

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smlens import model as m
 from smlens.backends.base import DeviceSource
 from smlens.errors import ConfigError
 from smlens.model import Activity, GpuIdentity, Reading
+from smlens.yamlfile import read_yaml
 
 SIM_SM_COUNT = 132
 SIM_MEMORY_BYTES = 141 * 1024**3
@@ -149,12 +148,7 @@ def _profile(raw: Any, where: str) -> Profile:
 
 def load_scenario(path: Path) -> Scenario:
     """Read a scenario file: ``gpus:`` a list, one entry per GPU, each a profile or ``phases:``."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read scenario file {path}: {exc.strerror}.") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"scenario file {path} is not valid YAML ({exc.__class__.__name__}).") from exc
+    raw = read_yaml(path, "scenario file")
     if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) or not raw["gpus"]:
         raise ConfigError(f"scenario file {path} needs a non-empty list under 'gpus'.")
     gpus: list[tuple[Phase, ...]] = []
