@@ -17,8 +17,6 @@ from smlens import model as m
 from smlens.attribution import metrics as attribution_metrics
 from smlens.model import GpuState, Snapshot
 
-GPU_LABELS = ("gpu", "uuid", "hostname")
-
 RATIO_GAUGES: Sequence[tuple[str, str, str]] = (
     (
         m.UTILIZATION,
@@ -131,7 +129,7 @@ class SnapshotCollector(Collector):
             "gpu_info",
             "Static facts about the GPU as labels; the value is always 1.",
             labels=[
-                *GPU_LABELS,
+                *m.GPU_LABELS,
                 "model",
                 "driver_version",
                 "pci_bus_id",
@@ -141,13 +139,13 @@ class SnapshotCollector(Collector):
             ],
         )
         up = GaugeMetricFamily(
-            "gpu_up", "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=GPU_LABELS
+            "gpu_up", "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=m.GPU_LABELS
         )
         profiling = GaugeMetricFamily(
             "gpu_profiling_available",
             "1 if SM-level metrics (SM active, occupancy, tensor, DRAM) came for this GPU in the last tick; "
             "label source names where they come from (gpm, dcgm, sim) or none.",
-            labels=[*GPU_LABELS, "source"],
+            labels=[*m.GPU_LABELS, "source"],
         )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)
@@ -172,7 +170,7 @@ class SnapshotCollector(Collector):
 
         for key, name, help_text in (*RATIO_GAUGES, *PLAIN_GAUGES):
             family: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(
-                name, help_text, labels=GPU_LABELS
+                name, help_text, labels=m.GPU_LABELS
             )
             for gpu in gpus:
                 value = gpu.gauges.get(key)
@@ -180,21 +178,21 @@ class SnapshotCollector(Collector):
                     family.add_metric(gpu_labels(snap, gpu), value)
             yield family
         for key, name, help_text in ACTIVITY_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
                 if activity is not None:
                     family.add_metric(gpu_labels(snap, gpu), activity.active_seconds)
             yield family
         for key, name, help_text in COVERAGE_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
                 if activity is not None:
                     family.add_metric(gpu_labels(snap, gpu), activity.covered_seconds)
             yield family
         for key, name, help_text in PLAIN_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
             for gpu in gpus:
                 value = gpu.totals.get(key)
                 if value is not None:
@@ -202,17 +200,19 @@ class SnapshotCollector(Collector):
             yield family
 
         ecc = CounterMetricFamily(
-            "gpu_ecc_errors", "Volatile ECC errors since the last driver load.", labels=[*GPU_LABELS, "type"]
+            "gpu_ecc_errors",
+            "Volatile ECC errors since the last driver load.",
+            labels=[*m.GPU_LABELS, "type"],
         )
         events = GaugeMetricFamily(
             "gpu_clock_event_active",
             "1 while the clock-event (throttle) reason holds, 0 when not; only reasons the GPU reports.",
-            labels=[*GPU_LABELS, "reason"],
+            labels=[*m.GPU_LABELS, "reason"],
         )
         xid = CounterMetricFamily(
             "gpu_xid_errors",
             "XID errors reported by NVML's event API since start.",
-            labels=[*GPU_LABELS, "xid"],
+            labels=[*m.GPU_LABELS, "xid"],
         )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from smlens.attribution.model import EMPTY_ATTRIBUTION, Attribution
 
+# Labels every per-GPU series carries.
+GPU_LABELS = ("gpu", "uuid", "hostname")
+
 # Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
 UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
 SM_ACTIVE = "sm_active"

@@ -10,11 +10,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
-from smlens.model import GpuIdentity
+from smlens.model import GPU_LABELS, GpuIdentity
 
 OWNER_LABELS = ("namespace", "pod", "container")
-_GPU_LABELS = ("gpu", "uuid", "hostname")
-_WORKLOAD_LABELS = (*_GPU_LABELS, *OWNER_LABELS, "slurm_job")
+_WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, "slurm_job")
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
 _OWN_LABELS = ("gpu_allocation_info", "gpu_workload_")
 
@@ -76,7 +75,7 @@ def _allocation_info(attribution: Attribution, index: Mapping[str, str], hostnam
         "gpu_allocation_info",
         "1 for each container holding (part of) a GPU, from the kubelet or the sim layout. A device smlens "
         'cannot place on a GPU of this node has gpu="" and its id as reported in uuid.',
-        labels=[*_GPU_LABELS, *OWNER_LABELS, "resource"],
+        labels=[*GPU_LABELS, *OWNER_LABELS, "resource"],
     )
     rows = dict.fromkeys(
         (
