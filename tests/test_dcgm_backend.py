@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from smlens import model as m
+from smlens import names as n
 from smlens.admin import profiling_router
 from smlens.backends import dcgm, gpm
 from smlens.backends.base import DeviceSource
@@ -204,9 +204,9 @@ def test_plan_prefers_sm_active_then_occupancy_then_coverage() -> None:
     ]
     plan = plan_fields(groups)
     assert plan.watched == (1002, 1003, 1005)
-    assert plan.unavailable[m.TENSOR_ACTIVE] == "metric_group_conflict"
-    assert plan.unavailable[m.PCIE_TX_BYTES] == "not_supported"
-    assert m.SM_ACTIVE not in plan.unavailable
+    assert plan.unavailable[n.TENSOR_ACTIVE] == "metric_group_conflict"
+    assert plan.unavailable[n.PCIE_TX_BYTES] == "not_supported"
+    assert n.SM_ACTIVE not in plan.unavailable
 
 
 def test_plan_without_groups_watches_nothing() -> None:
@@ -239,8 +239,8 @@ def test_multi_pass_gpu_watches_one_pass_and_names_the_rest(fake: ModuleType) ->
     warm(backend, engine, now=10.0)
     publish_all(engine)
     reading = backend.read(gpus()[0], now=11.0)
-    assert set(reading.activity) == {m.SM_ACTIVE, m.SM_OCCUPANCY, m.DRAM_ACTIVE}
-    for key in (m.TENSOR_ACTIVE, m.HMMA_ACTIVE, m.FP64_ACTIVE, m.FP32_ACTIVE, m.FP16_ACTIVE):
+    assert set(reading.activity) == {n.SM_ACTIVE, n.SM_OCCUPANCY, n.DRAM_ACTIVE}
+    for key in (n.TENSOR_ACTIVE, n.HMMA_ACTIVE, n.FP64_ACTIVE, n.FP32_ACTIVE, n.FP16_ACTIVE):
         assert reading.missing[key] == "metric_group_conflict"
 
 
@@ -250,8 +250,8 @@ def test_hmma_missing_where_dcgm_lacks_it(fake: ModuleType) -> None:
     warm(backend, engine, now=10.0, count=1)
     publish_all(engine)
     reading = backend.read(gpus(1)[0], now=11.0)
-    assert reading.missing == {m.HMMA_ACTIVE: "not_supported"}
-    assert m.HMMA_ACTIVE not in reading.activity
+    assert reading.missing == {n.HMMA_ACTIVE: "not_supported"}
+    assert n.HMMA_ACTIVE not in reading.activity
 
 
 @pytest.mark.parametrize(
@@ -301,14 +301,14 @@ def test_blank_values_are_missing_never_zero(fake: ModuleType) -> None:
     engine.publish(0, blanks)
     reading = backend.read(gpus()[0], now=11.0)
     assert reading.missing == {
-        m.SM_ACTIVE: "blank",
-        m.SM_OCCUPANCY: "not_supported",
-        m.TENSOR_ACTIVE: "no_permission",
-        m.PCIE_TX_BYTES: "blank",
-        m.PCIE_RX_BYTES: "not_supported",
+        n.SM_ACTIVE: "blank",
+        n.SM_OCCUPANCY: "not_supported",
+        n.TENSOR_ACTIVE: "no_permission",
+        n.PCIE_TX_BYTES: "blank",
+        n.PCIE_RX_BYTES: "not_supported",
     }
     assert not set(reading.missing) & (set(reading.activity) | set(reading.increments))
-    assert reading.activity[m.DRAM_ACTIVE] == Activity(0.375, 1.0)
+    assert reading.activity[n.DRAM_ACTIVE] == Activity(0.375, 1.0)
 
 
 def test_no_sample_yet_is_missing(fake: ModuleType) -> None:
@@ -325,12 +325,12 @@ def test_a_sample_dcgm_stopped_refreshing_goes_stale(fake: ModuleType) -> None:
     engine = start_engine(fake)
     backend = attached(fake, engine)
     warm(backend, engine, now=10.0)
-    assert m.SM_ACTIVE in backend.read(gpus()[0], now=11.0).activity  # same sample, still fresh
-    assert m.SM_ACTIVE in backend.read(gpus()[0], now=13.0).activity
+    assert n.SM_ACTIVE in backend.read(gpus()[0], now=11.0).activity  # same sample, still fresh
+    assert n.SM_ACTIVE in backend.read(gpus()[0], now=13.0).activity
     stale = backend.read(gpus()[0], now=14.5)  # > 3 intervals since the sample last changed
-    assert stale.missing[m.SM_ACTIVE] == "stale" and stale.activity == {}
+    assert stale.missing[n.SM_ACTIVE] == "stale" and stale.activity == {}
     publish_all(engine)
-    assert m.SM_ACTIVE in backend.read(gpus()[0], now=15.0).activity
+    assert n.SM_ACTIVE in backend.read(gpus()[0], now=15.0).activity
 
 
 def test_gpu_lost(fake: ModuleType) -> None:
@@ -363,7 +363,7 @@ def test_hostengine_restart_mid_run(fake: ModuleType) -> None:
     assert reconnected.activity == {} and set(reconnected.missing.values()) == {"no_data"}
     publish_all(engine)
     reading = backend.read(gpus()[0], now=14.0)
-    assert reading.activity[m.SM_ACTIVE] == Activity(0.25, 1.0)  # not stretched over the outage
+    assert reading.activity[n.SM_ACTIVE] == Activity(0.25, 1.0)  # not stretched over the outage
 
 
 def test_reconnect_backs_off_while_the_hostengine_is_down(fake: ModuleType) -> None:
@@ -409,7 +409,7 @@ class OneNode(DeviceSource):
         return {gpu.uuid: None for gpu in gpus}
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
-        return Reading(source=self.name, activity={m.UTILIZATION: Activity.of(1.0, INTERVAL)})
+        return Reading(source=self.name, activity={n.UTILIZATION: Activity.of(1.0, INTERVAL)})
 
 
 def test_sampler_shows_dcgm_down_during_a_restart_and_recovers(fake: ModuleType) -> None:
@@ -429,16 +429,16 @@ def test_sampler_shows_dcgm_down_during_a_restart_and_recovers(fake: ModuleType)
     tick()
     gpu, stats = tick()
     assert stats.up and gpu.profiling_source == "dcgm" and gpu.profiling_available
-    assert gpu.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    assert gpu.gauges[n.SM_ACTIVE] == pytest.approx(0.25)
     engine.restart()
     gpu, stats = tick()
     assert not stats.up and stats.errors_total == {"hostengine_unreachable": 2}
-    assert m.SM_ACTIVE not in gpu.gauges and not gpu.profiling_available
-    assert gpu.gauges[m.UTILIZATION] == 1.0  # the other backend carries on
+    assert n.SM_ACTIVE not in gpu.gauges and not gpu.profiling_available
+    assert gpu.gauges[n.UTILIZATION] == 1.0  # the other backend carries on
     for _ in range(3):
         gpu, stats = tick()
     assert stats.up and gpu.profiling_available
-    assert gpu.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    assert gpu.gauges[n.SM_ACTIVE] == pytest.approx(0.25)
 
 
 # -- profiling pause --------------------------------------------------------------------------------
@@ -459,7 +459,7 @@ def test_pause_and_resume(fake: ModuleType) -> None:
     assert not engine.paused and not backend.paused
     publish_all(engine)
     resumed = backend.read(gpus()[0], now=12.0)
-    assert resumed.activity[m.SM_ACTIVE] == Activity(0.25, 1.0) and resumed.profiling
+    assert resumed.activity[n.SM_ACTIVE] == Activity(0.25, 1.0) and resumed.profiling
 
 
 def test_pause_survives_a_hostengine_restart(fake: ModuleType) -> None:

@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
-from smlens import model as m
+from smlens import names as n
 from smlens.backends.gpm import METRICS, NOT_SUPPORTED, GpmBackend
 from smlens.backends.nvml import NvmlBackend
 from smlens.backends.nvml_session import NvmlSession
@@ -54,19 +54,19 @@ def test_each_read_covers_exactly_the_interval_since_the_previous(monkeypatch: p
     fake.gpm_rates = {SM: 20.0, OCCUPANCY: 1.5625, DRAM: 88.0, PCIE_TX: 10.0, NVLINK_RX: 40_000.0}
     node.advance(0.5)
     second = backend.read(gpu, now=102.5)
-    assert ratio_seconds(first, m.SM_ACTIVE) == pytest.approx((1.0, 2.0))
-    assert ratio_seconds(first, m.SM_OCCUPANCY) == pytest.approx((0.25, 2.0))
-    assert ratio_seconds(first, m.TENSOR_ACTIVE) == pytest.approx((1.8, 2.0))
-    assert ratio_seconds(first, m.DRAM_ACTIVE) == (0.0, 2.0)
-    assert first.increments[m.PCIE_TX_BYTES] == pytest.approx(1000.0 * MIB * 2.0)
+    assert ratio_seconds(first, n.SM_ACTIVE) == pytest.approx((1.0, 2.0))
+    assert ratio_seconds(first, n.SM_OCCUPANCY) == pytest.approx((0.25, 2.0))
+    assert ratio_seconds(first, n.TENSOR_ACTIVE) == pytest.approx((1.8, 2.0))
+    assert ratio_seconds(first, n.DRAM_ACTIVE) == (0.0, 2.0)
+    assert first.increments[n.PCIE_TX_BYTES] == pytest.approx(1000.0 * MIB * 2.0)
     # Between the 2nd and 3rd samples only: a mix with the first interval would read 0.44 for SM active.
-    assert ratio_seconds(second, m.SM_ACTIVE) == pytest.approx((0.1, 0.5))
-    assert ratio_seconds(second, m.SM_OCCUPANCY) == pytest.approx((0.0078125, 0.5))
-    assert ratio_seconds(second, m.TENSOR_ACTIVE) == (0.0, 0.5)
-    assert ratio_seconds(second, m.DRAM_ACTIVE) == pytest.approx((0.44, 0.5))
-    assert second.increments[m.PCIE_TX_BYTES] == pytest.approx(10.0 * MIB * 0.5)
-    assert second.increments[m.NVLINK_RX_BYTES] == pytest.approx(40_000.0 * MIB * 0.5)
-    assert set(second.activity) == set(m.PROFILING_ACTIVITIES) and second.missing == {}
+    assert ratio_seconds(second, n.SM_ACTIVE) == pytest.approx((0.1, 0.5))
+    assert ratio_seconds(second, n.SM_OCCUPANCY) == pytest.approx((0.0078125, 0.5))
+    assert ratio_seconds(second, n.TENSOR_ACTIVE) == (0.0, 0.5)
+    assert ratio_seconds(second, n.DRAM_ACTIVE) == pytest.approx((0.44, 0.5))
+    assert second.increments[n.PCIE_TX_BYTES] == pytest.approx(10.0 * MIB * 0.5)
+    assert second.increments[n.NVLINK_RX_BYTES] == pytest.approx(40_000.0 * MIB * 0.5)
+    assert set(second.activity) == set(n.PROFILING_ACTIVITIES) and second.missing == {}
     assert second.profiling and second.source == "gpm"
 
 
@@ -76,9 +76,9 @@ def test_a_value_that_is_not_a_number_is_missing_not_integrated(monkeypatch: pyt
     backend.read(gpu, now=0.0)
     node.advance(1.0)
     reading = backend.read(gpu, now=1.0)
-    assert reading.missing == {m.DRAM_ACTIVE: "not_a_number", m.PCIE_TX_BYTES: "not_a_number"}
-    assert m.DRAM_ACTIVE not in reading.activity and m.PCIE_TX_BYTES not in reading.increments
-    assert ratio_seconds(reading, m.SM_ACTIVE) == (0.5, 1.0)
+    assert reading.missing == {n.DRAM_ACTIVE: "not_a_number", n.PCIE_TX_BYTES: "not_a_number"}
+    assert n.DRAM_ACTIVE not in reading.activity and n.PCIE_TX_BYTES not in reading.increments
+    assert ratio_seconds(reading, n.SM_ACTIVE) == (0.5, 1.0)
 
 
 def test_percent_is_clamped_to_a_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,8 +87,8 @@ def test_percent_is_clamped_to_a_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
     backend.read(gpu, now=0.0)
     node.advance(1.0)
     reading = backend.read(gpu, now=1.0)
-    assert ratio_seconds(reading, m.SM_ACTIVE) == (1.0, 1.0)
-    assert ratio_seconds(reading, m.SM_OCCUPANCY) == (0.0, 1.0)
+    assert ratio_seconds(reading, n.SM_ACTIVE) == (1.0, 1.0)
+    assert ratio_seconds(reading, n.SM_OCCUPANCY) == (0.0, 1.0)
 
 
 def test_graphics_util_is_never_requested(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,12 +115,12 @@ def test_metric_errors_are_missing_with_their_reason(monkeypatch: pytest.MonkeyP
     node.advance(1.0)
     reading = backend.read(gpu, now=1.0)
     assert reading.missing == {
-        m.NVLINK_TX_BYTES: "not_supported",
-        m.NVLINK_RX_BYTES: "not_supported",
-        m.FP64_ACTIVE: "no_permission",
+        n.NVLINK_TX_BYTES: "not_supported",
+        n.NVLINK_RX_BYTES: "not_supported",
+        n.FP64_ACTIVE: "no_permission",
     }
-    assert m.FP64_ACTIVE not in reading.activity and m.NVLINK_TX_BYTES not in reading.increments
-    assert ratio_seconds(reading, m.SM_ACTIVE) == pytest.approx((0.1, 1.0))
+    assert n.FP64_ACTIVE not in reading.activity and n.NVLINK_TX_BYTES not in reading.increments
+    assert ratio_seconds(reading, n.SM_ACTIVE) == pytest.approx((0.1, 1.0))
 
 
 def test_gpm_unsupported_on_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,7 +159,7 @@ def test_failed_sample_keeps_the_chain_exact(monkeypatch: pytest.MonkeyPatch) ->
     del fake.errors["nvmlGpmSampleGet"]
     fake.gpm_rates = {SM: 100.0}
     node.advance(1.0)
-    assert ratio_seconds(backend.read(gpu, now=2.0), m.SM_ACTIVE) == pytest.approx((1.4, 2.0))
+    assert ratio_seconds(backend.read(gpu, now=2.0), n.SM_ACTIVE) == pytest.approx((1.4, 2.0))
 
 
 def test_lost_gpu_raises_for_that_gpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,7 +173,7 @@ def test_lost_gpu_raises_for_that_gpu_only(monkeypatch: pytest.MonkeyPatch) -> N
     node.gpu("GPU-a").lost = True
     with pytest.raises(GpuLostError, match=r"^GPU 0 \(GPU-a\) is lost"):
         backend.read(gpus[0], now=1.0)
-    assert ratio_seconds(backend.read(gpus[1], now=1.0), m.SM_ACTIVE) == pytest.approx((0.3, 1.0))
+    assert ratio_seconds(backend.read(gpus[1], now=1.0), n.SM_ACTIVE) == pytest.approx((0.3, 1.0))
 
 
 def test_close_frees_the_samples_and_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
-from smlens import model as m
+from smlens import names as n
 from smlens.backends.nvml import NvmlBackend, open_nvml_backends
 from smlens.backends.nvml_calls import Absent, value_of
 from smlens.backends.nvml_session import NvmlSession
@@ -122,21 +122,21 @@ def test_gauges_and_totals_in_base_units(monkeypatch: pytest.MonkeyPatch) -> Non
     reading = backend.read(gpu, now=100.0)
     assert reading.source == "nvml" and not reading.profiling
     assert reading.gauges == {
-        m.MEMORY_USED_BYTES: 2 * 2**30,
-        m.MEMORY_TOTAL_BYTES: 150_754_820_096,
-        m.POWER_WATTS: 120.5,
-        m.POWER_LIMIT_WATTS: 700.0,
-        m.TEMPERATURE_CELSIUS: 35.0,
-        m.MEMORY_TEMPERATURE_CELSIUS: 41.0,
-        m.SM_CLOCK_HERTZ: 345e6,
-        m.MEMORY_CLOCK_HERTZ: 3201e6,
-        m.SM_CLOCK_MAX_HERTZ: 1980e6,
+        n.MEMORY_USED_BYTES: 2 * 2**30,
+        n.MEMORY_TOTAL_BYTES: 150_754_820_096,
+        n.POWER_WATTS: 120.5,
+        n.POWER_LIMIT_WATTS: 700.0,
+        n.TEMPERATURE_CELSIUS: 35.0,
+        n.MEMORY_TEMPERATURE_CELSIUS: 41.0,
+        n.SM_CLOCK_HERTZ: 345e6,
+        n.MEMORY_CLOCK_HERTZ: 3201e6,
+        n.SM_CLOCK_MAX_HERTZ: 1980e6,
     }
     assert reading.totals == {
-        m.ENERGY_JOULES: pytest.approx(1234.567),
-        m.ECC_CORRECTED: 3.0,
-        m.ECC_UNCORRECTED: 0.0,
-        m.PCIE_REPLAYS: 0.0,
+        n.ENERGY_JOULES: pytest.approx(1234.567),
+        n.ECC_CORRECTED: 3.0,
+        n.ECC_UNCORRECTED: 0.0,
+        n.PCIE_REPLAYS: 0.0,
     }
     assert reading.missing == {}
 
@@ -162,14 +162,14 @@ def test_unsupported_values_are_absent_never_zero(monkeypatch: pytest.MonkeyPatc
     backend, (gpu,) = started(node)
     reading = backend.read(gpu, now=1.0)
     absent = {
-        m.POWER_WATTS,
-        m.MEMORY_TEMPERATURE_CELSIUS,
-        m.SM_CLOCK_MAX_HERTZ,
-        m.ENERGY_JOULES,
-        m.ECC_CORRECTED,
-        m.ECC_UNCORRECTED,
-        m.PCIE_REPLAYS,
-        m.UTILIZATION,
+        n.POWER_WATTS,
+        n.MEMORY_TEMPERATURE_CELSIUS,
+        n.SM_CLOCK_MAX_HERTZ,
+        n.ENERGY_JOULES,
+        n.ECC_CORRECTED,
+        n.ECC_UNCORRECTED,
+        n.PCIE_REPLAYS,
+        n.UTILIZATION,
         "clock_events",
         "xid_events",
     }
@@ -177,12 +177,12 @@ def test_unsupported_values_are_absent_never_zero(monkeypatch: pytest.MonkeyPatc
     assert absent.isdisjoint(reading.gauges) and absent.isdisjoint(reading.totals)
     assert reading.activity == {} and reading.clock_events == {}
     assert set(reading.gauges) == {
-        m.MEMORY_USED_BYTES,
-        m.MEMORY_TOTAL_BYTES,
-        m.POWER_LIMIT_WATTS,
-        m.TEMPERATURE_CELSIUS,
-        m.SM_CLOCK_HERTZ,
-        m.MEMORY_CLOCK_HERTZ,
+        n.MEMORY_USED_BYTES,
+        n.MEMORY_TOTAL_BYTES,
+        n.POWER_LIMIT_WATTS,
+        n.TEMPERATURE_CELSIUS,
+        n.SM_CLOCK_HERTZ,
+        n.MEMORY_CLOCK_HERTZ,
     }
 
 
@@ -201,10 +201,10 @@ def test_error_codes_become_short_reasons(monkeypatch: pytest.MonkeyPatch) -> No
     backend, (gpu,) = started(node)
     missing = backend.read(gpu, now=1.0).missing
     assert missing == {
-        m.POWER_WATTS: "no_permission",
-        m.TEMPERATURE_CELSIUS: "unknown",
-        m.MEMORY_USED_BYTES: "timeout",
-        m.MEMORY_TOTAL_BYTES: "timeout",
+        n.POWER_WATTS: "no_permission",
+        n.TEMPERATURE_CELSIUS: "unknown",
+        n.MEMORY_USED_BYTES: "timeout",
+        n.MEMORY_TOTAL_BYTES: "timeout",
     }
 
 
@@ -216,15 +216,15 @@ def test_utilization_is_the_exact_integral_of_driver_samples(monkeypatch: pytest
     assert samples is not None
     # Each value holds from the previous sample's timestamp to its own; timestamps are microseconds.
     samples += [(10_500_000, 100), (10_666_667, 0), (11_000_000, 40)]
-    first = backend.read(gpu, now=1.0).activity[m.UTILIZATION]
+    first = backend.read(gpu, now=1.0).activity[n.UTILIZATION]
     assert first.active_seconds == pytest.approx(0.5 * 1.0 + 0.333_333 * 0.4)
     assert first.covered_seconds == pytest.approx(1.0)
     # Nothing new: no coverage at all this tick, and not reported missing either.
     empty = backend.read(gpu, now=2.0)
-    assert empty.activity == {m.UTILIZATION: Activity(0.0, 0.0)} and m.UTILIZATION not in empty.missing
+    assert empty.activity == {n.UTILIZATION: Activity(0.0, 0.0)} and n.UTILIZATION not in empty.missing
     # Chained from the last timestamp seen: only the new samples count; a repeated timestamp adds nothing.
     samples += [(13_000_000, 25), (13_000_000, 25), (14_000_000, 100)]
-    activity = backend.read(gpu, now=3.0).activity[m.UTILIZATION]
+    activity = backend.read(gpu, now=3.0).activity[n.UTILIZATION]
     assert activity.covered_seconds == pytest.approx(3.0)
     assert activity.active_seconds == pytest.approx(2.0 * 0.25 + 1.0 * 1.0)
     calls = node.gpu("GPU-a").calls
@@ -238,7 +238,7 @@ def test_time_lost_when_the_driver_ring_buffer_overran_is_not_covered(
     backend, (gpu,) = started(node)
     fake = node.gpu("GPU-a")
     fake.utilization_samples = [(40 * US, 100), (40_200_000, 50), (40_400_000, 0)]  # 10 s..40 s are gone
-    activity = backend.read(gpu, now=30.0).activity[m.UTILIZATION]
+    activity = backend.read(gpu, now=30.0).activity[n.UTILIZATION]
     assert activity.covered_seconds == pytest.approx(0.4) and activity.active_seconds == pytest.approx(0.1)
 
 
@@ -251,11 +251,11 @@ def test_utilization_samples_read_every_utilization_interval(monkeypatch: pytest
     for tick in range(2, 14):
         fake.utilization_samples.append((tick * US + 437, 60))  # a sample a second, µs not round
         reading = backend.read(gpu, now=float(tick))
-        assert m.UTILIZATION not in reading.missing
+        assert n.UTILIZATION not in reading.missing
         if tick in (2, 7, 12):
-            covered += reading.activity[m.UTILIZATION].covered_seconds
+            covered += reading.activity[n.UTILIZATION].covered_seconds
         else:
-            assert m.UTILIZATION not in reading.activity  # not read this tick: nothing, not a zero
+            assert n.UTILIZATION not in reading.activity  # not read this tick: nothing, not a zero
     assert fake.calls["nvmlDeviceGetSamples"] == 1 + 3  # priming at attach, then at t=2, 7 and 12 s
     assert covered == pytest.approx(11.0)  # every second from 1 to 12 s, none twice
 
@@ -263,9 +263,9 @@ def test_utilization_samples_read_every_utilization_interval(monkeypatch: pytest
 def test_utilization_falls_back_to_rates_times_elapsed(monkeypatch: pytest.MonkeyPatch) -> None:
     node = install(monkeypatch, FakeGpu("GPU-a", utilization_samples=None, utilization_percent=80))
     backend, (gpu,) = started(node)
-    assert backend.read(gpu, now=5.0).activity == {m.UTILIZATION: Activity(0.0, 0.0)}
+    assert backend.read(gpu, now=5.0).activity == {n.UTILIZATION: Activity(0.0, 0.0)}
     node.gpu("GPU-a").utilization_percent = 30
-    activity = backend.read(gpu, now=7.5).activity[m.UTILIZATION]
+    activity = backend.read(gpu, now=7.5).activity[n.UTILIZATION]
     assert activity.active_seconds == pytest.approx(0.75) and activity.covered_seconds == 2.5
 
 
@@ -280,7 +280,7 @@ def test_energy_and_replays_read_every_energy_interval_and_held_between(
         fake.energy_mj = int(now * 1000)  # the driver's counters move every tick
         fake.pcie_replays = int(now)
         totals = backend.read(gpu, now).totals
-        seen.append((totals[m.ENERGY_JOULES], totals[m.PCIE_REPLAYS]))
+        seen.append((totals[n.ENERGY_JOULES], totals[n.PCIE_REPLAYS]))
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 3  # at 100, 115 and 130
     assert fake.calls["nvmlDeviceGetPcieReplayCounter"] == 3
     assert [energy for energy, _ in seen] == [100.0, 100.0, 100.0, 100.0, 115.0, 115.0, 130.0, 130.0]

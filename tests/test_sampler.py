@@ -5,6 +5,7 @@ from collections.abc import Sequence
 import pytest
 
 from smlens import model as m
+from smlens import names as n
 from smlens.backends.base import Backend, DeviceSource
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
@@ -45,9 +46,9 @@ class Devices(DeviceSource):
         self.last[gpu.index] = now
         return Reading(
             source=self.name,
-            gauges={m.POWER_WATTS: 100.0 + gpu.index},
-            activity={m.UTILIZATION: Activity.of(0.5, dt)} if dt else {},
-            missing={m.MEMORY_TEMPERATURE_CELSIUS: "not_supported"},
+            gauges={n.POWER_WATTS: 100.0 + gpu.index},
+            activity={n.UTILIZATION: Activity.of(0.5, dt)} if dt else {},
+            missing={n.MEMORY_TEMPERATURE_CELSIUS: "not_supported"},
         )
 
 
@@ -73,7 +74,7 @@ class Profiler(Backend):
             raise BackendError("lost contact", reason="unreachable")
         dt = 0.0 if self.last is None else now - self.last
         self.last = now
-        activity = {m.SM_ACTIVE: Activity.of(self.sm_active, dt)} if dt else {}
+        activity = {n.SM_ACTIVE: Activity.of(self.sm_active, dt)} if dt else {}
         return Reading(source=self.name, activity=activity, profiling=True)
 
 
@@ -103,9 +104,9 @@ def test_integrals_are_exact_over_uneven_ticks() -> None:
     for step in (0.3, 1.7, 2.0, 0.5):
         snap = advance(sampler, clock, step)
     gpu0 = snap.gpus[0]
-    assert gpu0.activity_totals[m.UTILIZATION] == Activity(pytest.approx(0.5 * 4.5), pytest.approx(4.5))
-    assert gpu0.activity_totals[m.SM_ACTIVE].active_seconds == pytest.approx(0.25 * 4.5)
-    assert gpu0.gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    assert gpu0.activity_totals[n.UTILIZATION] == Activity(pytest.approx(0.5 * 4.5), pytest.approx(4.5))
+    assert gpu0.activity_totals[n.SM_ACTIVE].active_seconds == pytest.approx(0.25 * 4.5)
+    assert gpu0.gauges[n.SM_ACTIVE] == pytest.approx(0.25)
     assert snap.sequence == 5 and snap.hostname == "node-a"
 
 
@@ -117,23 +118,23 @@ def test_profiling_source_is_named_per_gpu_and_absent_metrics_stay_absent() -> N
     assert (gpu0.profiling_source, gpu0.profiling_available) == ("prof", True)
     assert (gpu1.profiling_source, gpu1.profiling_available) == (None, False)
     assert gpu1.profiling_reason == "prof: not supported on this GPU"
-    assert m.SM_ACTIVE not in gpu1.gauges and m.SM_ACTIVE not in gpu1.activity_totals
-    assert gpu1.missing[m.MEMORY_TEMPERATURE_CELSIUS] == "not_supported"
+    assert n.SM_ACTIVE not in gpu1.gauges and n.SM_ACTIVE not in gpu1.activity_totals
+    assert gpu1.missing[n.MEMORY_TEMPERATURE_CELSIUS] == "not_supported"
 
 
 def test_lost_gpu_goes_down_alone_and_keeps_its_counters() -> None:
     sampler, devices, clock = make(Profiler())
     sampler.tick()
-    before = advance(sampler, clock, 1.0).gpus[1].activity_totals[m.UTILIZATION]
+    before = advance(sampler, clock, 1.0).gpus[1].activity_totals[n.UTILIZATION]
     devices.lost.add(1)
     snap = advance(sampler, clock, 1.0)
     assert [g.up for g in snap.gpus] == [True, False]
-    assert snap.gpus[1].activity_totals[m.UTILIZATION] == before
-    assert m.POWER_WATTS not in snap.gpus[1].gauges
+    assert snap.gpus[1].activity_totals[n.UTILIZATION] == before
+    assert n.POWER_WATTS not in snap.gpus[1].gauges
     devices.lost.clear()  # a lost GPU is not read again until restart
     snap = advance(sampler, clock, 1.0)
     assert snap.gpus[1].up is False
-    assert snap.gpus[0].activity_totals[m.UTILIZATION].covered_seconds == pytest.approx(3.0)
+    assert snap.gpus[0].activity_totals[n.UTILIZATION].covered_seconds == pytest.approx(3.0)
     dev = next(b for b in snap.backends if b.name == "dev")
     assert dev.errors_total == {"gpu_lost": 1}
 
@@ -146,8 +147,8 @@ def test_failing_profiler_is_isolated_and_marked_down_then_recovers() -> None:
     prof.fail = True
     snap = advance(sampler, clock, 1.0)
     gpu0 = snap.gpus[0]
-    assert gpu0.up and gpu0.gauges[m.UTILIZATION] == pytest.approx(0.5)
-    assert m.SM_ACTIVE not in gpu0.gauges  # not a stale value, not zero
+    assert gpu0.up and gpu0.gauges[n.UTILIZATION] == pytest.approx(0.5)
+    assert n.SM_ACTIVE not in gpu0.gauges  # not a stale value, not zero
     assert gpu0.profiling_available is False and gpu0.missing["prof"] == "unreachable"
     stats = {b.name: b for b in snap.backends}
     assert stats["prof"].up is False and stats["prof"].errors_total == {"unreachable": 1}
@@ -176,7 +177,7 @@ def test_ratio_without_new_coverage_keeps_last_value_from_same_source() -> None:
     sampler.tick()
     advance(sampler, clock, 1.0)
     snap = advance(sampler, clock, 0.0)  # a tick with no elapsed time adds no coverage
-    assert snap.gpus[0].gauges[m.SM_ACTIVE] == pytest.approx(0.25)
+    assert snap.gpus[0].gauges[n.SM_ACTIVE] == pytest.approx(0.25)
 
 
 def test_listeners_get_every_snapshot_and_thread_runs() -> None:

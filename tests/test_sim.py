@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from smlens import model as m
+from smlens import names as n
 from smlens.backends.sim import DEFAULT_LAYOUT, Scenario, SimBackend, load_scenario
 from smlens.errors import ConfigError
 
@@ -27,32 +28,32 @@ def test_default_node_holds_each_profile_within_its_band() -> None:
     readings = run(SimBackend(Scenario.steady(8), seed=7), ticks=200)
     assert DEFAULT_LAYOUT[1] == "hollow"
     bands = {
-        0: {m.UTILIZATION: (0.95, 1), m.SM_ACTIVE: (0.85, 1), m.TENSOR_ACTIVE: (0.6, 1)},
-        1: {m.UTILIZATION: (0.95, 1), m.SM_ACTIVE: (0, 0.15)},
-        2: {m.UTILIZATION: (0.95, 1), m.SM_ACTIVE: (0.9 / 132, 1.1 / 132)},
-        3: {m.SM_ACTIVE: (0.9, 1), m.SM_OCCUPANCY: (0, 0.05), m.TENSOR_ACTIVE: (0, 0.01)},
-        4: {m.DRAM_ACTIVE: (0.8, 1), m.TENSOR_ACTIVE: (0, 0.01)},
-        5: {m.UTILIZATION: (0.27, 0.33), m.SM_ACTIVE: (0.10, 0.14)},
-        6: {m.UTILIZATION: (0, 0), m.SM_ACTIVE: (0, 0)},
-        7: {m.UTILIZATION: (0, 0), m.SM_ACTIVE: (0, 0)},
+        0: {n.UTILIZATION: (0.95, 1), n.SM_ACTIVE: (0.85, 1), n.TENSOR_ACTIVE: (0.6, 1)},
+        1: {n.UTILIZATION: (0.95, 1), n.SM_ACTIVE: (0, 0.15)},
+        2: {n.UTILIZATION: (0.95, 1), n.SM_ACTIVE: (0.9 / 132, 1.1 / 132)},
+        3: {n.SM_ACTIVE: (0.9, 1), n.SM_OCCUPANCY: (0, 0.05), n.TENSOR_ACTIVE: (0, 0.01)},
+        4: {n.DRAM_ACTIVE: (0.8, 1), n.TENSOR_ACTIVE: (0, 0.01)},
+        5: {n.UTILIZATION: (0.27, 0.33), n.SM_ACTIVE: (0.10, 0.14)},
+        6: {n.UTILIZATION: (0, 0), n.SM_ACTIVE: (0, 0)},
+        7: {n.UTILIZATION: (0, 0), n.SM_ACTIVE: (0, 0)},
     }
     for index, limits in bands.items():
         for key, (low, high) in limits.items():
             values = ratios(readings[index], key)
             assert len(values) == 199, (index, key)
             assert low <= min(values) and max(values) <= high, (index, key, min(values), max(values))
-    held = readings[7][-1].gauges[m.MEMORY_USED_BYTES]
-    assert held > 0.5 * readings[7][-1].gauges[m.MEMORY_TOTAL_BYTES]
-    assert readings[6][-1].gauges[m.MEMORY_USED_BYTES] == 0
+    held = readings[7][-1].gauges[n.MEMORY_USED_BYTES]
+    assert held > 0.5 * readings[7][-1].gauges[n.MEMORY_TOTAL_BYTES]
+    assert readings[6][-1].gauges[n.MEMORY_USED_BYTES] == 0
 
 
 def test_noise_stays_within_two_hundredths_and_is_seeded() -> None:
     a = run(SimBackend(Scenario.steady(8), seed=3), ticks=50)
     b = run(SimBackend(Scenario.steady(8), seed=3), ticks=50)
     c = run(SimBackend(Scenario.steady(8), seed=4), ticks=50)
-    assert ratios(a[0], m.SM_ACTIVE) == ratios(b[0], m.SM_ACTIVE)
-    assert ratios(a[0], m.SM_ACTIVE) != ratios(c[0], m.SM_ACTIVE)
-    values = ratios(a[0], m.SM_ACTIVE)
+    assert ratios(a[0], n.SM_ACTIVE) == ratios(b[0], n.SM_ACTIVE)
+    assert ratios(a[0], n.SM_ACTIVE) != ratios(c[0], n.SM_ACTIVE)
+    values = ratios(a[0], n.SM_ACTIVE)
     assert max(values) - min(values) <= 0.04
     assert len(set(values)) > 1
 
@@ -62,13 +63,13 @@ def test_gpus_beyond_eight_cycle_through_the_layout_with_distinct_uuids() -> Non
     gpus = backend.discover()
     assert len({g.uuid for g in gpus}) == 10
     readings = run(SimBackend(Scenario.steady(10)), ticks=3)
-    assert ratios(readings[8], m.SM_ACTIVE)[0] > 0.85  # healthy again
+    assert ratios(readings[8], n.SM_ACTIVE)[0] > 0.85  # healthy again
 
 
 def test_first_read_has_no_coverage_then_integrals_match_time() -> None:
     readings = run(SimBackend(Scenario.steady(1)), ticks=3, dt=0.5)[0]
     assert readings[0].activity == {}
-    assert readings[1].activity[m.UTILIZATION].covered_seconds == pytest.approx(0.5)
+    assert readings[1].activity[n.UTILIZATION].covered_seconds == pytest.approx(0.5)
 
 
 def test_scenario_file_phases_loop(tmp_path: Path) -> None:

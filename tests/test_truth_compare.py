@@ -22,7 +22,7 @@ from bench.truth.ground_truth import KernelTruth, NcuRun, parse_csv
 from bench.truth.metrics import SamplingCost
 from bench.truth.unprivileged import UnprivilegedRun
 
-from smlens import model as m
+from smlens import names as n
 
 HOPPER = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.8e12)
 FIXTURES = Path(__file__).parent / "fixtures" / "truth"
@@ -35,7 +35,7 @@ def reading(name: str = "w", **values: tuple[float | None, float | None]) -> Wor
 
 
 def test_both_the_counter_mean_and_the_gauge_must_hold() -> None:
-    checks = [Check(m.SM_ACTIVE, at_least(0.9), "why")]
+    checks = [Check(n.SM_ACTIVE, at_least(0.9), "why")]
     assert [o.passed for o in judge_workload(reading(sm_active=(0.95, 0.96)), checks)] == [True]
     assert [o.passed for o in judge_workload(reading(sm_active=(0.95, 0.5)), checks)] == [False]
     assert [o.passed for o in judge_workload(reading(sm_active=(0.5, 0.95)), checks)] == [False]

@@ -15,7 +15,7 @@ from bench.truth.expect import (
     spin_shapes,
 )
 
-from smlens import model as m
+from smlens import names as n
 
 HOPPER = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.8e12)
 # A GPU of another shape: 84 SMs of 48 warps (1536 threads), 100 KiB shared memory per SM.
@@ -75,34 +75,34 @@ def test_a_warp_limit_that_does_not_split_evenly_is_refused() -> None:
 
 def test_spin_checks_for_a_hopper_like_gpu() -> None:
     one = bands("spin_one_warp", HOPPER)
-    assert one[m.UTILIZATION] == [">= 0.95"]
-    assert one[m.SM_ACTIVE] == ["0.007576 +/- 0.0032"]  # 1/132, +/- 0.003 + 3 %
-    assert one[m.SM_OCCUPANCY] == ["0.0001184 +/- 0.001"]
-    assert bands("spin_warp_per_sm", HOPPER)[m.SM_ACTIVE] == [">= 0.97"]
-    assert bands("spin_warp_per_sm", HOPPER)[m.SM_OCCUPANCY] == ["0.01562 +/- 0.0018"]
-    assert bands("spin_full_occupancy", HOPPER)[m.SM_OCCUPANCY] == ["1 +/- 0.051"]
+    assert one[n.UTILIZATION] == [">= 0.95"]
+    assert one[n.SM_ACTIVE] == ["0.007576 +/- 0.0032"]  # 1/132, +/- 0.003 + 3 %
+    assert one[n.SM_OCCUPANCY] == ["0.0001184 +/- 0.001"]
+    assert bands("spin_warp_per_sm", HOPPER)[n.SM_ACTIVE] == [">= 0.97"]
+    assert bands("spin_warp_per_sm", HOPPER)[n.SM_OCCUPANCY] == ["0.01562 +/- 0.0018"]
+    assert bands("spin_full_occupancy", HOPPER)[n.SM_OCCUPANCY] == ["1 +/- 0.051"]
 
 
 def test_other_workload_checks() -> None:
     assert set(bands("idle", HOPPER)) == {
-        m.UTILIZATION,
-        m.SM_ACTIVE,
-        m.SM_OCCUPANCY,
-        m.TENSOR_ACTIVE,
-        m.DRAM_ACTIVE,
+        n.UTILIZATION,
+        n.SM_ACTIVE,
+        n.SM_OCCUPANCY,
+        n.TENSOR_ACTIVE,
+        n.DRAM_ACTIVE,
     }
-    assert bands("gemm_bf16", HOPPER)[m.TENSOR_ACTIVE] == [">= 0.8"]
+    assert bands("gemm_bf16", HOPPER)[n.TENSOR_ACTIVE] == [">= 0.8"]
     assert bands("gemm_tiny_launch_bound", HOPPER)[SM_ACTIVE_PER_UTILIZATION] == ["<= 0.6"]
 
 
 def test_dram_bands_come_from_what_the_workload_moved() -> None:
     copy = bands("copy_d2d", HOPPER, achieved=4.32e12)  # 0.9 of the 4.8 TB/s peak
-    assert copy[m.DRAM_ACTIVE] == [">= 0.7", "0.9 +/- 0.1"]
+    assert copy[n.DRAM_ACTIVE] == [">= 0.7", "0.9 +/- 0.1"]
     softmax = bands("softmax_fp32", HOPPER, achieved=3.36e12)  # bytes counted are a lower bound
-    assert softmax[m.DRAM_ACTIVE] == [">= 0.6"]
+    assert softmax[n.DRAM_ACTIVE] == [">= 0.6"]
     # Unknown peak or throughput: only the fixed floor of the copy remains.
-    assert bands("copy_d2d", ADA, achieved=1e12)[m.DRAM_ACTIVE] == [">= 0.7"]
-    assert m.DRAM_ACTIVE not in bands("softmax_fp32", HOPPER)
+    assert bands("copy_d2d", ADA, achieved=1e12)[n.DRAM_ACTIVE] == [">= 0.7"]
+    assert n.DRAM_ACTIVE not in bands("softmax_fp32", HOPPER)
 
 
 def test_unknown_workload() -> None:

@@ -9,7 +9,7 @@ from bench.truth.expect import SM_ACTIVE_PER_UTILIZATION
 from bench.truth.metrics import Scrape, gauge_medians, parse, sampling_cost, window_means
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from smlens import model as m
+from smlens import names as n
 
 
 def exposition(
@@ -50,34 +50,34 @@ def test_window_means_are_increase_over_increase() -> None:
     first = parse(exposition(busy=10.0, sampled=20.0, sm_active=1.0, profiled=20.0, gauges={}), at=0.0)
     last = parse(exposition(busy=19.9, sampled=30.0, sm_active=1.075, profiled=30.0, gauges={}), at=10.0)
     means = window_means(first, last, "0")
-    assert means[m.UTILIZATION] == pytest.approx(0.99)
-    assert means[m.SM_ACTIVE] == pytest.approx(0.0075)
+    assert means[n.UTILIZATION] == pytest.approx(0.99)
+    assert means[n.SM_ACTIVE] == pytest.approx(0.0075)
     assert means[SM_ACTIVE_PER_UTILIZATION] == pytest.approx(0.0075 / 0.99)
-    assert means[m.DRAM_ACTIVE] is None  # not exposed: absent, not 0
-    assert window_means(first, first, "0")[m.UTILIZATION] is None  # nothing covered in between
-    assert window_means(first, last, "7")[m.SM_ACTIVE] is None  # no such GPU
+    assert means[n.DRAM_ACTIVE] is None  # not exposed: absent, not 0
+    assert window_means(first, first, "0")[n.UTILIZATION] is None  # nothing covered in between
+    assert window_means(first, last, "7")[n.SM_ACTIVE] is None  # no such GPU
 
 
 def test_a_nan_counter_reads_as_nan_so_the_check_fails() -> None:
     first = parse(exposition(1.0, 2.0, math.nan, 2.0, {}), at=0.0)
     last = parse(exposition(2.0, 3.0, math.nan, 3.0, {}), at=1.0)
-    assert math.isnan(window_means(first, last, "0")[m.SM_ACTIVE] or 0.0)
+    assert math.isnan(window_means(first, last, "0")[n.SM_ACTIVE] or 0.0)
 
 
 def test_gauge_medians_per_gpu() -> None:
     scrapes = [
-        parse(exposition(0, 0, 0, 0, {m.SM_ACTIVE: value, m.UTILIZATION: 1.0}), at=float(i))
+        parse(exposition(0, 0, 0, 0, {n.SM_ACTIVE: value, n.UTILIZATION: 1.0}), at=float(i))
         for i, value in enumerate((0.2, 0.9, 0.5))
     ]
     medians = gauge_medians(scrapes, "0")
-    assert medians[m.SM_ACTIVE] == 0.5 and medians[m.UTILIZATION] == 1.0
+    assert medians[n.SM_ACTIVE] == 0.5 and medians[n.UTILIZATION] == 1.0
     assert medians[SM_ACTIVE_PER_UTILIZATION] == 0.5
-    assert medians[m.TENSOR_ACTIVE] is None
-    assert gauge_medians(scrapes, "1")[m.SM_ACTIVE] is None
+    assert medians[n.TENSOR_ACTIVE] is None
+    assert gauge_medians(scrapes, "1")[n.SM_ACTIVE] is None
 
 
 def test_scrape_lookups() -> None:
-    scrape = parse(exposition(1, 2, 3, 4, {m.SM_ACTIVE: 0.5}), at=3.0)
+    scrape = parse(exposition(1, 2, 3, 4, {n.SM_ACTIVE: 0.5}), at=3.0)
     assert scrape.at == 3.0
     assert scrape.value("gpu_busy_seconds_total", gpu="1") == 5.0
     assert scrape.value("gpu_busy_seconds_total") is None  # two series match: ambiguous

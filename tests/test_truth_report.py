@@ -6,11 +6,11 @@ from bench.truth.compare import Outcome, Verdict, WorkloadReading
 from bench.truth.expect import DeviceLimits
 from bench.truth.report import markdown, outcomes_table, summary, table, tally
 
-from smlens import model as m
+from smlens import names as n
 
 LIMITS = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.814e12)
 OUTCOMES = [
-    Outcome("workload", "idle", m.SM_ACTIVE, "<= 0.01", "0 (gauge 0)", True, "no kernel runs"),
+    Outcome("workload", "idle", n.SM_ACTIVE, "<= 0.01", "0 (gauge 0)", True, "no kernel runs"),
     Outcome("verdict", "spin_one_warp", "smlens check --duration 3", "hollow", "idle: idle", False),
     Outcome("ncu", "-", "-", "hardware counters", "not run: ncu | missing", None),
 ]
@@ -18,7 +18,7 @@ READINGS = [
     WorkloadReading(
         "copy_d2d",
         "copy",
-        {m.UTILIZATION: 0.99, m.DRAM_ACTIVE: 0.8856},
+        {n.UTILIZATION: 0.99, n.DRAM_ACTIVE: 0.8856},
         {},
         achieved=4.26e12,
         unit="bytes",

@@ -12,7 +12,7 @@ from bench.truth.ground_truth import NcuRun
 from bench.truth.metrics import SamplingCost
 from bench.truth.unprivileged import UnprivilegedRun
 
-from smlens import model as m
+from smlens import names as n
 
 COST_RATIO = 1.25  # smlens' reads may cost at most this much more than the bare NVML/GPM calls
 LATENCY_RATIO = 3.0  # /metrics median within this of /-/healthy's (bench/metrics_latency.py's target)
@@ -203,7 +203,7 @@ def ncu_outcomes(run: NcuRun, limits: DeviceLimits, smlens: Mapping[str, Workloa
     outcomes = []
     for name, truth in run.truths.items():
         bands = {c.metric: c for c in checks_for(name, limits)}
-        for key, value in ((m.SM_ACTIVE, truth.sm_active), (m.SM_OCCUPANCY, truth.occupancy)):
+        for key, value in ((n.SM_ACTIVE, truth.sm_active), (n.SM_OCCUPANCY, truth.occupancy)):
             seen = smlens.get(name)
             outcomes.append(
                 Outcome(

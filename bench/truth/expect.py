@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from smlens import model as m
+from smlens import names as n
 
 WARP = 32
 # Derived metric: SM active over utilization, how much of the "busy" time the SMs really had work.
@@ -146,7 +146,7 @@ class Check:
 
 
 def _idle() -> list[Check]:
-    keys = (m.UTILIZATION, m.SM_ACTIVE, m.SM_OCCUPANCY, m.TENSOR_ACTIVE, m.DRAM_ACTIVE)
+    keys = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE, n.DRAM_ACTIVE)
     return [Check(key, at_most(IDLE_CEILING), "no kernel runs") for key in keys]
 
 
@@ -162,10 +162,10 @@ def _spin(shape: Spin, limits: DeviceLimits) -> list[Check]:
         else near(active, sm_active_tolerance(active))
     )
     return [
-        Check(m.UTILIZATION, at_least(SPIN_UTILIZATION), "a kernel is always resident"),
-        Check(m.SM_ACTIVE, sm_band, placement),
-        Check(m.SM_OCCUPANCY, near(occupancy, occupancy_tolerance(occupancy)), placement),
-        Check(m.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
+        Check(n.UTILIZATION, at_least(SPIN_UTILIZATION), "a kernel is always resident"),
+        Check(n.SM_ACTIVE, sm_band, placement),
+        Check(n.SM_OCCUPANCY, near(occupancy, occupancy_tolerance(occupancy)), placement),
+        Check(n.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
     ]
 
 
@@ -175,8 +175,8 @@ def _dram_matches(achieved: float | None, limits: DeviceLimits, minimum_only: bo
     share = achieved / limits.peak_dram_bytes_per_second
     why = f"workload moved {achieved / 1e12:.2f} TB/s of {limits.peak_dram_bytes_per_second / 1e12:.2f} peak"
     if minimum_only:  # the workload's byte count is a lower bound (re-reads that miss L2 come on top)
-        return [Check(m.DRAM_ACTIVE, at_least(max(share - DRAM_MATCH, 0.0)), why + " (at least)")]
-    return [Check(m.DRAM_ACTIVE, near(share, DRAM_MATCH), why)]
+        return [Check(n.DRAM_ACTIVE, at_least(max(share - DRAM_MATCH, 0.0)), why + " (at least)")]
+    return [Check(n.DRAM_ACTIVE, near(share, DRAM_MATCH), why)]
 
 
 def checks_for(
@@ -190,9 +190,9 @@ def checks_for(
         return _idle()
     if name == "gemm_bf16":
         return [
-            Check(m.UTILIZATION, at_least(SPIN_UTILIZATION), "GEMMs back to back"),
-            Check(m.SM_ACTIVE, at_least(WORKING_SM_ACTIVE), "tiles cover every SM"),
-            Check(m.TENSOR_ACTIVE, at_least(GEMM_TENSOR), "bf16 matrix instructions"),
+            Check(n.UTILIZATION, at_least(SPIN_UTILIZATION), "GEMMs back to back"),
+            Check(n.SM_ACTIVE, at_least(WORKING_SM_ACTIVE), "tiles cover every SM"),
+            Check(n.TENSOR_ACTIVE, at_least(GEMM_TENSOR), "bf16 matrix instructions"),
         ]
     if name == "gemm_tiny_launch_bound":
         return [
@@ -201,19 +201,19 @@ def checks_for(
                 at_most(TINY_GEMM_SM_SHARE),
                 "a few tiles per GEMM: utilization overstates SM use",
             ),
-            Check(m.TENSOR_ACTIVE, at_most(TINY_GEMM_TENSOR), "launch gaps dominate"),
+            Check(n.TENSOR_ACTIVE, at_most(TINY_GEMM_TENSOR), "launch gaps dominate"),
         ]
     if name == "copy_d2d":
         return [
-            Check(m.DRAM_ACTIVE, at_least(COPY_DRAM), "large copy streams through DRAM"),
+            Check(n.DRAM_ACTIVE, at_least(COPY_DRAM), "large copy streams through DRAM"),
             *_dram_matches(achieved_bytes_per_second, limits, minimum_only=False),
-            Check(m.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
+            Check(n.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
         ]
     if name == "softmax_fp32":
         return [
-            Check(m.SM_ACTIVE, at_least(WORKING_SM_ACTIVE), "rows cover every SM"),
+            Check(n.SM_ACTIVE, at_least(WORKING_SM_ACTIVE), "rows cover every SM"),
             *_dram_matches(achieved_bytes_per_second, limits, minimum_only=True),
-            Check(m.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
+            Check(n.TENSOR_ACTIVE, at_most(NO_TENSOR), "no matrix instructions"),
         ]
     raise KeyError(f"no expectations for workload {name!r}")
 

@@ -9,24 +9,24 @@ from dataclasses import dataclass
 from bench.truth.expect import SM_ACTIVE_PER_UTILIZATION
 from prometheus_client.parser import text_string_to_metric_families
 
-from smlens import model as m
+from smlens import names as n
 
 # Activity key -> (integral counter, its denominator), as docs/metrics.md defines them.
 RATES: Mapping[str, tuple[str, str]] = {
-    m.UTILIZATION: ("gpu_busy_seconds_total", "gpu_utilization_sampled_seconds_total"),
-    m.SM_ACTIVE: ("gpu_sm_active_seconds_total", "gpu_profiled_seconds_total"),
-    m.SM_OCCUPANCY: ("gpu_sm_occupancy_seconds_total", "gpu_profiled_seconds_total"),
-    m.TENSOR_ACTIVE: ("gpu_tensor_active_seconds_total", "gpu_profiled_seconds_total"),
-    m.DRAM_ACTIVE: ("gpu_dram_active_seconds_total", "gpu_profiled_seconds_total"),
+    n.UTILIZATION: ("gpu_busy_seconds_total", "gpu_utilization_sampled_seconds_total"),
+    n.SM_ACTIVE: ("gpu_sm_active_seconds_total", "gpu_profiled_seconds_total"),
+    n.SM_OCCUPANCY: ("gpu_sm_occupancy_seconds_total", "gpu_profiled_seconds_total"),
+    n.TENSOR_ACTIVE: ("gpu_tensor_active_seconds_total", "gpu_profiled_seconds_total"),
+    n.DRAM_ACTIVE: ("gpu_dram_active_seconds_total", "gpu_profiled_seconds_total"),
 }
 GAUGE_KEYS = (
-    m.UTILIZATION,
-    m.SM_ACTIVE,
-    m.SM_OCCUPANCY,
-    m.TENSOR_ACTIVE,
-    m.HMMA_ACTIVE,
-    m.DRAM_ACTIVE,
-    m.FP32_ACTIVE,
+    n.UTILIZATION,
+    n.SM_ACTIVE,
+    n.SM_OCCUPANCY,
+    n.TENSOR_ACTIVE,
+    n.HMMA_ACTIVE,
+    n.DRAM_ACTIVE,
+    n.FP32_ACTIVE,
 )
 
 
@@ -74,7 +74,7 @@ def parse(text: str, at: float) -> Scrape:
 
 
 def _with_derived(means: dict[str, float | None]) -> dict[str, float | None]:
-    util, active = means.get(m.UTILIZATION), means.get(m.SM_ACTIVE)
+    util, active = means.get(n.UTILIZATION), means.get(n.SM_ACTIVE)
     means[SM_ACTIVE_PER_UTILIZATION] = active / util if util and active is not None else None
     return means
 

@@ -8,9 +8,9 @@ from typing import Any
 from bench.truth.compare import Outcome, WorkloadReading, fmt
 from bench.truth.expect import DeviceLimits
 
-from smlens import model as m
+from smlens import names as n
 
-SUMMARY_KEYS = (m.UTILIZATION, m.SM_ACTIVE, m.SM_OCCUPANCY, m.TENSOR_ACTIVE, m.DRAM_ACTIVE)
+SUMMARY_KEYS = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE, n.DRAM_ACTIVE)
 ENVIRONMENT_KEYS = (
     "date",
     "gpu",

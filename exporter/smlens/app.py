@@ -11,14 +11,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from smlens import __version__
+from smlens import names as n
 from smlens.exposition import Exposition
 from smlens.model import GpuState, Snapshot
 from smlens.thresholds import Thresholds
 from smlens.verdict import judge
-
-# A snapshot older than this many intervals (and at least STALE_MIN_SECONDS) makes /-/ready fail.
-STALE_INTERVALS = 3
-STALE_MIN_SECONDS = 5.0
 
 
 class Publisher:
@@ -53,11 +50,11 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
     verdict = (
         judge(
             thresholds,
-            g.get("utilization"),
-            g.get("sm_active"),
-            g.get("sm_occupancy"),
-            g.get("tensor_active"),
-            g.get("dram_active"),
+            g.get(n.UTILIZATION),
+            g.get(n.SM_ACTIVE),
+            g.get(n.SM_OCCUPANCY),
+            g.get(n.TENSOR_ACTIVE),
+            g.get(n.DRAM_ACTIVE),
         )
         if gpu.up
         else None
@@ -101,7 +98,7 @@ def create_app(
         current = publisher.current
         if current is None or current.snapshot.sequence < 2:  # the first tick only primes the counters
             return "no complete sample yet"
-        limit = max(STALE_INTERVALS * current.snapshot.interval_seconds, STALE_MIN_SECONDS)
+        limit = max(n.STALE_INTERVALS * current.snapshot.interval_seconds, n.STALE_MIN_SECONDS)
         if current.age() > limit:
             return f"latest snapshot is {current.age():.1f} s old (limit {limit:.1f} s): sampling stalled"
         return None

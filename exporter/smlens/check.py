@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from smlens import model as m
+from smlens import names as n
 from smlens.model import Activity, GpuState, Snapshot
 from smlens.sampler import Sampler
 from smlens.thresholds import Thresholds
 from smlens.verdict import Verdict, judge
 
-COLUMNS = (m.UTILIZATION, m.SM_ACTIVE, m.SM_OCCUPANCY, m.TENSOR_ACTIVE, m.DRAM_ACTIVE)
+COLUMNS = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE, n.DRAM_ACTIVE)
 HEADERS = ("GPU", "model", "util", "SM active", "occupancy", "tensor", "DRAM", "verdict")
 
 
@@ -47,7 +47,8 @@ def report(first: Snapshot, last: Snapshot, thresholds: Thresholds) -> list[GpuR
             judge(thresholds, *(means[k] for k in COLUMNS))
             if after.up
             else Verdict(
-                "down", "GPU not readable: " + ", ".join(f"{k}: {v}" for k, v in after.missing.items())
+                n.VERDICT_DOWN,
+                "GPU not readable: " + ", ".join(f"{k}: {v}" for k, v in after.missing.items()),
             )
         )
         ident = after.identity

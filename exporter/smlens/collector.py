@@ -13,66 +13,66 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from smlens import __version__
-from smlens import model as m
+from smlens import names as n
 from smlens.attribution import metrics as attribution_metrics
 from smlens.model import GpuState, Snapshot
 
 RATIO_GAUGES: Sequence[tuple[str, str, str]] = (
     (
-        m.UTILIZATION,
+        n.UTILIZATION,
         "gpu_utilization_ratio",
         "NVML utilization over the last tick: share of time at least one kernel ran. It does NOT say how "
         "much of the GPU worked: one kernel on one SM reads 1.0. Compare gpu_sm_active_ratio.",
     ),
     (
-        m.SM_ACTIVE,
+        n.SM_ACTIVE,
         "gpu_sm_active_ratio",
         "Share of SM cycles with at least one warp resident, averaged over all SMs and the last tick.",
     ),
     (
-        m.SM_OCCUPANCY,
+        n.SM_OCCUPANCY,
         "gpu_sm_occupancy_ratio",
         "Resident warps over the maximum warps per SM, averaged over all SMs and the last tick.",
     ),
-    (m.TENSOR_ACTIVE, "gpu_tensor_active_ratio", "Share of cycles any tensor pipe was active, last tick."),
+    (n.TENSOR_ACTIVE, "gpu_tensor_active_ratio", "Share of cycles any tensor pipe was active, last tick."),
     (
-        m.HMMA_ACTIVE,
+        n.HMMA_ACTIVE,
         "gpu_hmma_active_ratio",
         "Share of cycles the FP16/BF16 tensor (HMMA) pipe was active, last tick.",
     ),
     (
-        m.DRAM_ACTIVE,
+        n.DRAM_ACTIVE,
         "gpu_dram_active_ratio",
         "Share of cycles the device memory interface was busy (bandwidth used over peak), last tick.",
     ),
-    (m.FP64_ACTIVE, "gpu_fp64_active_ratio", "Share of cycles the FP64 pipe was active, last tick."),
-    (m.FP32_ACTIVE, "gpu_fp32_active_ratio", "Share of cycles the FP32 pipe was active, last tick."),
-    (m.FP16_ACTIVE, "gpu_fp16_active_ratio", "Share of cycles the FP16 pipe was active, last tick."),
+    (n.FP64_ACTIVE, "gpu_fp64_active_ratio", "Share of cycles the FP64 pipe was active, last tick."),
+    (n.FP32_ACTIVE, "gpu_fp32_active_ratio", "Share of cycles the FP32 pipe was active, last tick."),
+    (n.FP16_ACTIVE, "gpu_fp16_active_ratio", "Share of cycles the FP16 pipe was active, last tick."),
 )
 
 ACTIVITY_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
-        m.UTILIZATION,
+        n.UTILIZATION,
         "gpu_busy_seconds",
         "Integral of NVML utilization (time any kernel ran); rate() over a window is the mean utilization.",
     ),
     (
-        m.SM_ACTIVE,
+        n.SM_ACTIVE,
         "gpu_sm_active_seconds",
         "Integral of SM activity; its rate() over that of gpu_profiled_seconds_total is the exact mean.",
     ),
-    (m.SM_OCCUPANCY, "gpu_sm_occupancy_seconds", "Integral of SM occupancy over time."),
-    (m.TENSOR_ACTIVE, "gpu_tensor_active_seconds", "Integral of tensor pipe activity over time."),
-    (m.DRAM_ACTIVE, "gpu_dram_active_seconds", "Integral of DRAM activity over time."),
+    (n.SM_OCCUPANCY, "gpu_sm_occupancy_seconds", "Integral of SM occupancy over time."),
+    (n.TENSOR_ACTIVE, "gpu_tensor_active_seconds", "Integral of tensor pipe activity over time."),
+    (n.DRAM_ACTIVE, "gpu_dram_active_seconds", "Integral of DRAM activity over time."),
 )
 COVERAGE_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
-        m.UTILIZATION,
+        n.UTILIZATION,
         "gpu_utilization_sampled_seconds",
         "Wall seconds covered by utilization samples: the denominator of gpu_busy_seconds_total.",
     ),
     (
-        m.SM_ACTIVE,
+        n.SM_ACTIVE,
         "gpu_profiled_seconds",
         "Wall seconds covered by SM-level (profiling) samples: the denominator of the SM, tensor and DRAM "
         "*_seconds_total counters.",
@@ -80,26 +80,26 @@ COVERAGE_COUNTERS: Sequence[tuple[str, str, str]] = (
 )
 
 PLAIN_GAUGES: Sequence[tuple[str, str, str]] = (
-    (m.MEMORY_USED_BYTES, "gpu_memory_used_bytes", "Framebuffer memory in use."),
-    (m.MEMORY_TOTAL_BYTES, "gpu_memory_total_bytes", "Framebuffer memory in total."),
-    (m.POWER_WATTS, "gpu_power_watts", "Board power draw."),
-    (m.POWER_LIMIT_WATTS, "gpu_power_limit_watts", "Enforced board power limit."),
-    (m.TEMPERATURE_CELSIUS, "gpu_temperature_celsius", "GPU core temperature."),
-    (m.MEMORY_TEMPERATURE_CELSIUS, "gpu_memory_temperature_celsius", "Device memory (HBM) temperature."),
-    (m.SM_CLOCK_HERTZ, "gpu_sm_clock_hertz", "Current SM clock."),
-    (m.MEMORY_CLOCK_HERTZ, "gpu_memory_clock_hertz", "Current memory clock."),
-    (m.SM_CLOCK_MAX_HERTZ, "gpu_sm_clock_max_hertz", "Maximum SM clock."),
+    (n.MEMORY_USED_BYTES, "gpu_memory_used_bytes", "Framebuffer memory in use."),
+    (n.MEMORY_TOTAL_BYTES, "gpu_memory_total_bytes", "Framebuffer memory in total."),
+    (n.POWER_WATTS, "gpu_power_watts", "Board power draw."),
+    (n.POWER_LIMIT_WATTS, "gpu_power_limit_watts", "Enforced board power limit."),
+    (n.TEMPERATURE_CELSIUS, "gpu_temperature_celsius", "GPU core temperature."),
+    (n.MEMORY_TEMPERATURE_CELSIUS, "gpu_memory_temperature_celsius", "Device memory (HBM) temperature."),
+    (n.SM_CLOCK_HERTZ, "gpu_sm_clock_hertz", "Current SM clock."),
+    (n.MEMORY_CLOCK_HERTZ, "gpu_memory_clock_hertz", "Current memory clock."),
+    (n.SM_CLOCK_MAX_HERTZ, "gpu_sm_clock_max_hertz", "Maximum SM clock."),
 )
 
 PLAIN_COUNTERS: Sequence[tuple[str, str, str]] = (
-    (m.ENERGY_JOULES, "gpu_energy_joules", "Energy consumed, from the driver's counter."),
-    (m.PCIE_REPLAYS, "gpu_pcie_replays", "PCIe replays (link-level retransmissions)."),
-    (m.PCIE_TX_BYTES, "gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe."),
-    (m.PCIE_RX_BYTES, "gpu_pcie_receive_bytes", "Bytes the GPU received over PCIe."),
-    (m.NVLINK_TX_BYTES, "gpu_nvlink_transmit_bytes", "Bytes the GPU sent over NVLink."),
-    (m.NVLINK_RX_BYTES, "gpu_nvlink_receive_bytes", "Bytes the GPU received over NVLink."),
+    (n.ENERGY_JOULES, "gpu_energy_joules", "Energy consumed, from the driver's counter."),
+    (n.PCIE_REPLAYS, "gpu_pcie_replays", "PCIe replays (link-level retransmissions)."),
+    (n.PCIE_TX_BYTES, "gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe."),
+    (n.PCIE_RX_BYTES, "gpu_pcie_receive_bytes", "Bytes the GPU received over PCIe."),
+    (n.NVLINK_TX_BYTES, "gpu_nvlink_transmit_bytes", "Bytes the GPU sent over NVLink."),
+    (n.NVLINK_RX_BYTES, "gpu_nvlink_receive_bytes", "Bytes the GPU received over NVLink."),
 )
-ECC_COUNTERS = ((m.ECC_CORRECTED, "corrected"), (m.ECC_UNCORRECTED, "uncorrected"))
+ECC_COUNTERS = ((n.ECC_CORRECTED, "corrected"), (n.ECC_UNCORRECTED, "uncorrected"))
 
 
 def gpu_labels(snapshot: Snapshot, gpu: GpuState) -> list[str]:
@@ -129,7 +129,7 @@ class SnapshotCollector(Collector):
             "gpu_info",
             "Static facts about the GPU as labels; the value is always 1.",
             labels=[
-                *m.GPU_LABELS,
+                *n.GPU_LABELS,
                 "model",
                 "driver_version",
                 "pci_bus_id",
@@ -139,13 +139,13 @@ class SnapshotCollector(Collector):
             ],
         )
         up = GaugeMetricFamily(
-            "gpu_up", "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=m.GPU_LABELS
+            "gpu_up", "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=n.GPU_LABELS
         )
         profiling = GaugeMetricFamily(
             "gpu_profiling_available",
             "1 if SM-level metrics (SM active, occupancy, tensor, DRAM) came for this GPU in the last tick; "
             "label source names where they come from (gpm, dcgm, sim) or none.",
-            labels=[*m.GPU_LABELS, "source"],
+            labels=[*n.GPU_LABELS, "source"],
         )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)
@@ -170,7 +170,7 @@ class SnapshotCollector(Collector):
 
         for key, name, help_text in (*RATIO_GAUGES, *PLAIN_GAUGES):
             family: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(
-                name, help_text, labels=m.GPU_LABELS
+                name, help_text, labels=n.GPU_LABELS
             )
             for gpu in gpus:
                 value = gpu.gauges.get(key)
@@ -178,21 +178,21 @@ class SnapshotCollector(Collector):
                     family.add_metric(gpu_labels(snap, gpu), value)
             yield family
         for key, name, help_text in ACTIVITY_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
                 if activity is not None:
                     family.add_metric(gpu_labels(snap, gpu), activity.active_seconds)
             yield family
         for key, name, help_text in COVERAGE_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
                 if activity is not None:
                     family.add_metric(gpu_labels(snap, gpu), activity.covered_seconds)
             yield family
         for key, name, help_text in PLAIN_COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=m.GPU_LABELS)
+            family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 value = gpu.totals.get(key)
                 if value is not None:
@@ -202,17 +202,17 @@ class SnapshotCollector(Collector):
         ecc = CounterMetricFamily(
             "gpu_ecc_errors",
             "Volatile ECC errors since the last driver load.",
-            labels=[*m.GPU_LABELS, "type"],
+            labels=[*n.GPU_LABELS, "type"],
         )
         events = GaugeMetricFamily(
             "gpu_clock_event_active",
             "1 while the clock-event (throttle) reason holds, 0 when not; only reasons the GPU reports.",
-            labels=[*m.GPU_LABELS, "reason"],
+            labels=[*n.GPU_LABELS, "reason"],
         )
         xid = CounterMetricFamily(
             "gpu_xid_errors",
             "XID errors reported by NVML's event API since start.",
-            labels=[*m.GPU_LABELS, "xid"],
+            labels=[*n.GPU_LABELS, "xid"],
         )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)

@@ -2,7 +2,7 @@
 
 Backends return one :class:`Reading` per GPU per tick. The sampler folds readings into
 cumulative :class:`GpuState` objects and publishes them together as one :class:`Snapshot`.
-Absent values are absent keys, never zeros.
+Absent values are absent keys, never zeros. The keys are named in :mod:`smlens.names`.
 """
 
 from __future__ import annotations
@@ -11,54 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from smlens.attribution.model import EMPTY_ATTRIBUTION, Attribution
-
-# Labels every per-GPU series carries.
-GPU_LABELS = ("gpu", "uuid", "hostname")
-
-# Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
-UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
-SM_ACTIVE = "sm_active"
-SM_OCCUPANCY = "sm_occupancy"
-TENSOR_ACTIVE = "tensor_active"
-DRAM_ACTIVE = "dram_active"
-HMMA_ACTIVE = "hmma_active"
-FP64_ACTIVE = "fp64_active"
-FP32_ACTIVE = "fp32_active"
-FP16_ACTIVE = "fp16_active"
-PROFILING_ACTIVITIES = (
-    SM_ACTIVE,
-    SM_OCCUPANCY,
-    TENSOR_ACTIVE,
-    DRAM_ACTIVE,
-    HMMA_ACTIVE,
-    FP64_ACTIVE,
-    FP32_ACTIVE,
-    FP16_ACTIVE,
-)
-ACTIVITIES = (UTILIZATION, *PROFILING_ACTIVITIES)
-
-# Keys of Reading.gauges (base units).
-MEMORY_USED_BYTES = "memory_used_bytes"
-MEMORY_TOTAL_BYTES = "memory_total_bytes"
-POWER_WATTS = "power_watts"
-POWER_LIMIT_WATTS = "power_limit_watts"
-TEMPERATURE_CELSIUS = "temperature_celsius"
-MEMORY_TEMPERATURE_CELSIUS = "memory_temperature_celsius"
-SM_CLOCK_HERTZ = "sm_clock_hertz"
-MEMORY_CLOCK_HERTZ = "memory_clock_hertz"
-SM_CLOCK_MAX_HERTZ = "sm_clock_max_hertz"
-
-# Keys of Reading.totals: counters the device keeps itself (monotonic until a driver reload).
-ENERGY_JOULES = "energy_joules"
-ECC_CORRECTED = "ecc_corrected_errors"
-ECC_UNCORRECTED = "ecc_uncorrected_errors"
-PCIE_REPLAYS = "pcie_replays"
-
-# Keys of Reading.increments: amounts smlens accumulates into its own counters.
-PCIE_TX_BYTES = "pcie_tx_bytes"
-PCIE_RX_BYTES = "pcie_rx_bytes"
-NVLINK_TX_BYTES = "nvlink_tx_bytes"
-NVLINK_RX_BYTES = "nvlink_rx_bytes"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,8 @@ from smlens.attribution.model import EMPTY_ATTRIBUTION
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendError, GpuLostError
-from smlens.model import (
-    ACTIVITIES,
-    SM_ACTIVE,
-    ZERO_ACTIVITY,
-    Activity,
-    BackendStats,
-    GpuIdentity,
-    GpuState,
-    Reading,
-    Snapshot,
-)
+from smlens.model import ZERO_ACTIVITY, Activity, BackendStats, GpuIdentity, GpuState, Reading, Snapshot
+from smlens.names import ACTIVITIES, SM_ACTIVE
 
 log = logging.getLogger(__name__)
 

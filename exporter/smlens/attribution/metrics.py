@@ -10,10 +10,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
-from smlens.model import GPU_LABELS, GpuIdentity
+from smlens.model import GpuIdentity
+from smlens.names import GPU_LABELS, OWNER_LABELS, SLURM_JOB
 
-OWNER_LABELS = ("namespace", "pod", "container")
-_WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, "slurm_job")
+_WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, SLURM_JOB)
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
 _OWN_LABELS = ("gpu_allocation_info", "gpu_workload_")
 

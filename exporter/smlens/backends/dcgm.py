@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from smlens import model as m
+from smlens import names as n
 from smlens.backends.base import Backend
 from smlens.backends.dcgm_bindings import DcgmBindings, load_bindings
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
@@ -36,22 +36,22 @@ STALE_AFTER_INTERVALS = 3  # a sample older than this many intervals is not cred
 # DCGM field ids (the C ABI is stable; the Python constant names changed in DCGM 4.6).
 RATIO_FIELDS: Mapping[int, str] = MappingProxyType(
     {
-        1002: m.SM_ACTIVE,  # DCGM_FI_PROF_SM_ACTIVE
-        1003: m.SM_OCCUPANCY,  # DCGM_FI_PROF_SM_OCCUPANCY
-        1004: m.TENSOR_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
-        1005: m.DRAM_ACTIVE,  # DCGM_FI_PROF_DRAM_ACTIVE
-        1006: m.FP64_ACTIVE,  # DCGM_FI_PROF_PIPE_FP64_ACTIVE
-        1007: m.FP32_ACTIVE,  # DCGM_FI_PROF_PIPE_FP32_ACTIVE
-        1008: m.FP16_ACTIVE,  # DCGM_FI_PROF_PIPE_FP16_ACTIVE
-        1014: m.HMMA_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE
+        1002: n.SM_ACTIVE,  # DCGM_FI_PROF_SM_ACTIVE
+        1003: n.SM_OCCUPANCY,  # DCGM_FI_PROF_SM_OCCUPANCY
+        1004: n.TENSOR_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+        1005: n.DRAM_ACTIVE,  # DCGM_FI_PROF_DRAM_ACTIVE
+        1006: n.FP64_ACTIVE,  # DCGM_FI_PROF_PIPE_FP64_ACTIVE
+        1007: n.FP32_ACTIVE,  # DCGM_FI_PROF_PIPE_FP32_ACTIVE
+        1008: n.FP16_ACTIVE,  # DCGM_FI_PROF_PIPE_FP16_ACTIVE
+        1014: n.HMMA_ACTIVE,  # DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE
     }
 )
 BYTE_RATE_FIELDS: Mapping[int, str] = MappingProxyType(
     {
-        1009: m.PCIE_TX_BYTES,  # DCGM_FI_PROF_PCIE_TX_BYTES (bytes/s)
-        1010: m.PCIE_RX_BYTES,  # DCGM_FI_PROF_PCIE_RX_BYTES
-        1011: m.NVLINK_TX_BYTES,  # DCGM_FI_PROF_NVLINK_TX_BYTES
-        1012: m.NVLINK_RX_BYTES,  # DCGM_FI_PROF_NVLINK_RX_BYTES
+        1009: n.PCIE_TX_BYTES,  # DCGM_FI_PROF_PCIE_TX_BYTES (bytes/s)
+        1010: n.PCIE_RX_BYTES,  # DCGM_FI_PROF_PCIE_RX_BYTES
+        1011: n.NVLINK_TX_BYTES,  # DCGM_FI_PROF_NVLINK_TX_BYTES
+        1012: n.NVLINK_RX_BYTES,  # DCGM_FI_PROF_NVLINK_RX_BYTES
     }
 )
 WANTED_FIELDS: Mapping[int, str] = MappingProxyType({**RATIO_FIELDS, **BYTE_RATE_FIELDS})

@@ -20,7 +20,8 @@ from smlens.backends.base import Backend
 from smlens.backends.nvml_calls import Absent, attach_each, call, describe, failure, nvml_module
 from smlens.backends.nvml_session import NvmlSession
 from smlens.errors import BackendError
-from smlens.model import (
+from smlens.model import Activity, GpuIdentity, Reading
+from smlens.names import (
     DRAM_ACTIVE,
     FP16_ACTIVE,
     FP32_ACTIVE,
@@ -33,9 +34,6 @@ from smlens.model import (
     SM_ACTIVE,
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
-    Activity,
-    GpuIdentity,
-    Reading,
 )
 
 RATIO_METRICS = (  # Reading.activity key, GPM metric in percent

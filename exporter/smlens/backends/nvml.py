@@ -33,7 +33,8 @@ from smlens.backends.nvml_calls import (
 from smlens.backends.nvml_session import NvmlSession
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
-from smlens.model import (
+from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, Reading
+from smlens.names import (
     ECC_CORRECTED,
     ECC_UNCORRECTED,
     ENERGY_JOULES,
@@ -48,10 +49,6 @@ from smlens.model import (
     SM_CLOCK_MAX_HERTZ,
     TEMPERATURE_CELSIUS,
     UTILIZATION,
-    ZERO_ACTIVITY,
-    Activity,
-    GpuIdentity,
-    Reading,
 )
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smlens import model as m
+from smlens import names as n
 from smlens.backends.base import DeviceSource
 from smlens.errors import ConfigError
 from smlens.model import Activity, GpuIdentity, Reading
@@ -233,47 +233,47 @@ class SimBackend(DeviceSource):
         self._last[gpu.index] = now
         dt = 0.0 if last is None else max(now - last, 0.0)
         ratios = {
-            m.UTILIZATION: profile.utilization,
-            m.SM_ACTIVE: profile.sm_active,
-            m.SM_OCCUPANCY: profile.sm_occupancy,
-            m.TENSOR_ACTIVE: profile.tensor_active,
-            m.HMMA_ACTIVE: profile.hmma_active,
-            m.DRAM_ACTIVE: profile.dram_active,
-            m.FP64_ACTIVE: profile.fp64_active,
-            m.FP32_ACTIVE: profile.fp32_active,
-            m.FP16_ACTIVE: profile.fp16_active,
+            n.UTILIZATION: profile.utilization,
+            n.SM_ACTIVE: profile.sm_active,
+            n.SM_OCCUPANCY: profile.sm_occupancy,
+            n.TENSOR_ACTIVE: profile.tensor_active,
+            n.HMMA_ACTIVE: profile.hmma_active,
+            n.DRAM_ACTIVE: profile.dram_active,
+            n.FP64_ACTIVE: profile.fp64_active,
+            n.FP32_ACTIVE: profile.fp32_active,
+            n.FP16_ACTIVE: profile.fp16_active,
         }
         noisy = {key: self._noisy(rng, value) for key, value in ratios.items()}
         activity = {key: Activity.of(value, dt) for key, value in noisy.items()} if dt > 0 else {}
-        busy = noisy[m.UTILIZATION]
-        power = 75.0 + (SIM_POWER_LIMIT_WATTS - 75.0) * (0.25 * busy + 0.75 * noisy[m.SM_ACTIVE]) * 0.9
+        busy = noisy[n.UTILIZATION]
+        power = 75.0 + (SIM_POWER_LIMIT_WATTS - 75.0) * (0.25 * busy + 0.75 * noisy[n.SM_ACTIVE]) * 0.9
         self._energy[gpu.index] += power * dt
         clock = SIM_MAX_SM_CLOCK_HERTZ if busy > 0 else 345e6
         return Reading(
             source=self.name,
             gauges={
-                m.MEMORY_USED_BYTES: round(profile.memory_used_ratio * SIM_MEMORY_BYTES),
-                m.MEMORY_TOTAL_BYTES: float(SIM_MEMORY_BYTES),
-                m.POWER_WATTS: round(power, 1),
-                m.POWER_LIMIT_WATTS: SIM_POWER_LIMIT_WATTS,
-                m.TEMPERATURE_CELSIUS: round(30.0 + 40.0 * noisy[m.SM_ACTIVE] + 5.0 * busy),
-                m.MEMORY_TEMPERATURE_CELSIUS: round(32.0 + 30.0 * noisy[m.DRAM_ACTIVE] + 5.0 * busy),
-                m.SM_CLOCK_HERTZ: clock,
-                m.MEMORY_CLOCK_HERTZ: 2.619e9,
-                m.SM_CLOCK_MAX_HERTZ: SIM_MAX_SM_CLOCK_HERTZ,
+                n.MEMORY_USED_BYTES: round(profile.memory_used_ratio * SIM_MEMORY_BYTES),
+                n.MEMORY_TOTAL_BYTES: float(SIM_MEMORY_BYTES),
+                n.POWER_WATTS: round(power, 1),
+                n.POWER_LIMIT_WATTS: SIM_POWER_LIMIT_WATTS,
+                n.TEMPERATURE_CELSIUS: round(30.0 + 40.0 * noisy[n.SM_ACTIVE] + 5.0 * busy),
+                n.MEMORY_TEMPERATURE_CELSIUS: round(32.0 + 30.0 * noisy[n.DRAM_ACTIVE] + 5.0 * busy),
+                n.SM_CLOCK_HERTZ: clock,
+                n.MEMORY_CLOCK_HERTZ: 2.619e9,
+                n.SM_CLOCK_MAX_HERTZ: SIM_MAX_SM_CLOCK_HERTZ,
             },
             activity=activity,
             totals={
-                m.ENERGY_JOULES: self._energy[gpu.index],
-                m.ECC_CORRECTED: 0.0,
-                m.ECC_UNCORRECTED: 0.0,
-                m.PCIE_REPLAYS: 0.0,
+                n.ENERGY_JOULES: self._energy[gpu.index],
+                n.ECC_CORRECTED: 0.0,
+                n.ECC_UNCORRECTED: 0.0,
+                n.PCIE_REPLAYS: 0.0,
             },
             increments={
-                m.PCIE_TX_BYTES: profile.pcie_bytes_per_second * dt / 2,
-                m.PCIE_RX_BYTES: profile.pcie_bytes_per_second * dt / 2,
-                m.NVLINK_TX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
-                m.NVLINK_RX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
+                n.PCIE_TX_BYTES: profile.pcie_bytes_per_second * dt / 2,
+                n.PCIE_RX_BYTES: profile.pcie_bytes_per_second * dt / 2,
+                n.NVLINK_TX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
+                n.NVLINK_RX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
             },
             clock_events={"gpu_idle": busy == 0.0, "sw_power_cap": False, "hw_thermal_slowdown": False},
             profiling=True,
