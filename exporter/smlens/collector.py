@@ -235,7 +235,9 @@ class SnapshotCollector(Collector):
         build.add_metric([__version__, platform.python_version()], 1)
         yield build
         backend_up = GaugeMetricFamily(
-            "smlens_backend_up", "1 if the backend served its last tick.", labels=["backend"]
+            "smlens_backend_up",
+            "1 if the backend read every GPU it serves in the last tick, 0 if any of those reads failed.",
+            labels=["backend"],
         )
         last = GaugeMetricFamily(
             "smlens_backend_last_sample_duration_seconds",

@@ -10,17 +10,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 
+from smlens import profiling_policy
 from smlens.attribution.model import EMPTY_ATTRIBUTION
 from smlens.attribution.refresher import AttributionRefresher
+from smlens.backend_health import BackendHealth
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendError, GpuLostError
-from smlens.model import ZERO_ACTIVITY, Activity, BackendStats, GpuIdentity, GpuState, Reading, Snapshot
-from smlens.names import ACTIVITIES, SM_ACTIVE
+from smlens.fold import GpuTotals, fold
+from smlens.model import GpuIdentity, GpuState, Reading, Snapshot
+from smlens.profiling_policy import ProfilingChoice
 
 log = logging.getLogger(__name__)
 
@@ -28,30 +29,26 @@ Listener = Callable[[Snapshot], None]
 
 
 @dataclass
-class _BackendBook:
+class _Source:
     backend: Backend
-    served: set[str] = field(default_factory=set)
-    up: bool = True
-    last_duration: float = 0.0
-    duration_total: float = 0.0
-    samples: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
+    health: BackendHealth
+    served: frozenset[str] = frozenset()
 
 
 @dataclass
-class _GpuBook:
+class _Gpu:
     identity: GpuIdentity
-    profiling_source: str | None = None
-    profiling_reason: str = ""
-    activity: dict[str, Activity] = field(default_factory=dict)
-    ratios: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
-    increments: dict[str, float] = field(default_factory=dict)
-    xids: Counter[int] = field(default_factory=Counter)
+    choice: ProfilingChoice
+    totals: GpuTotals
     lost: bool = False
 
 
 class Sampler:
-    """Owns the backends. ``tick()`` is the unit of work; ``start()`` runs it on a thread."""
+    """Owns the backends. ``tick()`` is the unit of work; ``start()`` runs it on a thread.
+
+    A tick reads every GPU from every backend that serves it, records each backend's health
+    (:mod:`smlens.backend_health`), and folds the readings into state (:mod:`smlens.fold`) under the
+    profiling-source choice made at ``open()`` (:mod:`smlens.profiling_policy`)."""
 
     def __init__(
         self,
@@ -63,12 +60,12 @@ class Sampler:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._device = device
-        self._books = [_BackendBook(b) for b in (device, *extras)]
+        self._sources = [_Source(b, BackendHealth(b.name)) for b in (device, *extras)]
         self._hostname = hostname
         self._interval = interval
         self._clock = clock
         self._wall = wall
-        self._gpus: list[_GpuBook] = []
+        self._gpus: list[_Gpu] = []
         self._sequence = 0
         self._cpu_total = 0.0
         self._listeners: list[Listener] = []
@@ -87,7 +84,7 @@ class Sampler:
 
     @property
     def backends(self) -> tuple[Backend, ...]:
-        return tuple(book.backend for book in self._books)
+        return tuple(source.backend for source in self._sources)
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -99,44 +96,19 @@ class Sampler:
     def open(self, gpus: Sequence[GpuIdentity] | None = None) -> list[GpuIdentity]:
         """Attach every backend to ``gpus`` (discovered by the device source when not given)."""
         gpus = list(self._device.discover() if gpus is None else gpus)
-        self._gpus = [_GpuBook(g) for g in gpus]
-        for book in self._books:
-            # A later profiling backend only gets the GPUs that no earlier one serves (DCGM after GPM).
-            wanted = [
-                g.identity
-                for g in self._gpus
-                if not book.backend.provides_profiling or g.profiling_source is None
-            ]
-            verdicts = book.backend.attach(wanted) if wanted else {}
-            book.served = {uuid for uuid, reason in verdicts.items() if reason is None}
-            if not book.backend.provides_profiling:
-                continue
-            for gpu in self._gpus:
-                reason = verdicts.get(gpu.identity.uuid, "not attached")
-                if gpu.profiling_source is not None:
-                    continue
-                if reason is None:
-                    gpu.profiling_source, gpu.profiling_reason = book.backend.name, ""
-                else:
-                    gpu.profiling_reason = f"{book.backend.name}: {reason}"
-        for gpu in self._gpus:
-            log.info(
-                "GPU %d (%s): profiling from %s%s",
-                gpu.identity.index,
-                gpu.identity.uuid,
-                gpu.profiling_source or "nowhere",
-                f" ({gpu.profiling_reason})" if gpu.profiling_reason else "",
-            )
+        served, choices = profiling_policy.attach(self.backends, gpus)
+        for source, uuids in zip(self._sources, served, strict=True):
+            source.served = uuids
+        self._gpus = [_Gpu(g, choices[g.uuid], GpuTotals()) for g in gpus]
         return gpus
 
     def tick(self) -> Snapshot:
         started, cpu_started = self._clock(), time.thread_time()
-        for book in self._books:
-            book.last_duration = 0.0
+        for source in self._sources:
+            source.health.begin_tick()
         states = [self._sample_gpu(gpu) for gpu in self._gpus]
-        for book in self._books:
-            book.samples += 1
-            book.duration_total += book.last_duration
+        for source in self._sources:
+            source.health.end_tick()
         self._sequence += 1
         self._cpu_total += time.thread_time() - cpu_started
         snapshot = Snapshot(
@@ -148,112 +120,45 @@ class Sampler:
             sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
             attribution=EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current(),
-            backends=tuple(
-                BackendStats(
-                    name=b.backend.name,
-                    up=b.up,
-                    last_duration_seconds=b.last_duration,
-                    duration_seconds_total=b.duration_total,
-                    samples_total=b.samples,
-                    errors_total=MappingProxyType(dict(b.errors)),
-                )
-                for b in self._books
-            ),
+            backends=tuple(source.health.stats() for source in self._sources),
         )
         self.latest = snapshot
         for listener in self._listeners:
             listener(snapshot)
         return snapshot
 
-    def _read(self, book: _BackendBook, gpu: GpuIdentity, now: float) -> Reading:
-        started = self._clock()
-        try:
-            return book.backend.read(gpu, now)
-        finally:
-            book.last_duration += self._clock() - started
+    def _sample_gpu(self, gpu: _Gpu) -> GpuState:
+        readings, missing, up = self._read_gpu(gpu)
+        gpu.totals, state = fold(gpu.identity, gpu.totals, readings, missing, up, gpu.choice)
+        return state
 
-    def _sample_gpu(self, gpu: _GpuBook) -> GpuState:
+    def _read_gpu(self, gpu: _Gpu) -> tuple[list[Reading], dict[str, str], bool]:
+        """This tick's readings of one GPU, the backends that failed it (name -> reason), and its up."""
         now = self._clock()
+        ident = gpu.identity
         readings: list[Reading] = []
         missing: dict[str, str] = {}
         up = not gpu.lost
-        for book in self._books:
-            if gpu.identity.uuid not in book.served or gpu.lost:
+        for source in self._sources:
+            if ident.uuid not in source.served or gpu.lost:
                 continue
+            health, name = source.health, source.backend.name
+            started = self._clock()
             try:
-                readings.append(self._read(book, gpu.identity, now))
-                book.up = True
+                readings.append(source.backend.read(ident, now))
             except GpuLostError as exc:
-                book.errors[exc.reason] += 1
+                health.gpu_lost(exc.reason)
                 gpu.lost, up = True, False
-                log.error("GPU %d (%s) is lost: %s", gpu.identity.index, gpu.identity.uuid, exc)
-            except BackendError as exc:
-                book.errors[exc.reason] += 1
-                self._mark_down(book, exc)
-                missing[book.backend.name] = exc.reason
-                if book.backend is self._device:
-                    up = False
+                log.error("GPU %d (%s) is lost: %s", ident.index, ident.uuid, exc)
             except Exception as exc:  # a backend bug must not stop the sampler
-                book.errors["unexpected"] += 1
-                self._mark_down(book, exc)
-                missing[book.backend.name] = "unexpected"
-                if book.backend is self._device:
+                reason = exc.reason if isinstance(exc, BackendError) else "unexpected"
+                health.failed(reason, f"GPU {ident.index} ({ident.uuid}): {exc}")
+                missing[name] = reason
+                if source.backend is self._device:
                     up = False
-        return self._fold(gpu, readings, missing, up)
-
-    def _mark_down(self, book: _BackendBook, exc: Exception) -> None:
-        if book.up:
-            log.warning("backend %s failed: %s", book.backend.name, exc)
-        book.up = False
-
-    def _fold(self, gpu: _GpuBook, readings: list[Reading], missing: dict[str, str], up: bool) -> GpuState:
-        gauges: dict[str, float] = {}
-        totals: dict[str, float] = {}
-        clock_events: dict[str, bool] = {}
-        profiled_ok = False
-        fresh_ratios: dict[str, tuple[str, float]] = {}
-        for reading in readings:
-            gauges.update(reading.gauges)
-            totals.update(reading.totals)
-            clock_events.update(reading.clock_events)
-            missing.update(reading.missing)
-            for xid, count in reading.xid_events.items():
-                gpu.xids[xid] += count
-            for key, amount in reading.increments.items():
-                gpu.increments[key] = gpu.increments.get(key, 0.0) + amount
-            if reading.profiling and reading.source == gpu.profiling_source:
-                profiled_ok = True
-            for key, activity in reading.activity.items():
-                if reading.profiling and reading.source != gpu.profiling_source:
-                    continue  # one profiling source per GPU, never a mix
-                gpu.activity[key] = gpu.activity.get(key, ZERO_ACTIVITY) + activity
-                ratio = activity.ratio
-                if ratio is not None:
-                    fresh_ratios[key] = (reading.source, ratio)
-            # A key read without new coverage keeps its last value from the same source.
-            for key, (source, ratio) in gpu.ratios.items():
-                if source == reading.source and key not in fresh_ratios and key not in reading.missing:
-                    fresh_ratios.setdefault(key, (source, ratio))
-        gpu.ratios = fresh_ratios
-        for key, (_, ratio) in fresh_ratios.items():
-            gauges[key] = ratio
-        for key, amount in gpu.increments.items():
-            totals[key] = amount
-        return GpuState(
-            identity=gpu.identity,
-            up=up,
-            gauges=MappingProxyType(gauges),
-            activity_totals=MappingProxyType({k: gpu.activity[k] for k in ACTIVITIES if k in gpu.activity}),
-            totals=MappingProxyType(totals),
-            clock_events=MappingProxyType(clock_events),
-            xid_totals=MappingProxyType(dict(gpu.xids)),
-            missing=MappingProxyType(missing),
-            profiling_source=gpu.profiling_source,
-            profiling_available=profiled_ok,
-            profiling_reason=gpu.profiling_reason
-            or ("" if profiled_ok else missing.get(gpu.profiling_source or "", missing.get(SM_ACTIVE, ""))),
-            sources=tuple(r.source for r in readings),
-        )
+            finally:
+                health.spent(self._clock() - started)
+        return readings, missing, up
 
     def start(self) -> None:
         """Run ``tick()`` every interval on a daemon thread (``open()`` must have succeeded)."""
@@ -285,8 +190,8 @@ class Sampler:
             self._attribution.close()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 2 * self._interval))
-        for book in reversed(self._books):
+        for source in reversed(self._sources):
             try:
-                book.backend.close()
+                source.backend.close()
             except Exception as exc:
-                log.warning("closing backend %s failed: %s", book.backend.name, exc)
+                log.warning("closing backend %s failed: %s", source.backend.name, exc)

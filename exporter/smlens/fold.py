@@ -1,0 +1,81 @@
+"""The pure fold of one tick's readings of one GPU into its cumulative totals and its published state.
+
+No I/O, no clock, no mutation: the same inputs always give the same outputs, so the integration rules
+(exact counters, absent rather than zero, one profiling source) can be tested on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
+from smlens.names import ACTIVITIES
+from smlens.profiling_policy import ProfilingChoice
+
+
+@dataclass(frozen=True)
+class GpuTotals:
+    """What one GPU accumulates across ticks."""
+
+    activity: Mapping[str, Activity] = field(default_factory=dict)
+    ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
+    increments: Mapping[str, float] = field(default_factory=dict)
+    xids: Mapping[int, int] = field(default_factory=dict)
+
+
+def fold(
+    identity: GpuIdentity,
+    totals: GpuTotals,
+    readings: Sequence[Reading],
+    missing: Mapping[str, str],
+    up: bool,
+    choice: ProfilingChoice,
+) -> tuple[GpuTotals, GpuState]:
+    """Fold this tick's ``readings`` (and the backends' failures in ``missing``) into new totals and state."""
+    activity = dict(totals.activity)
+    increments = dict(totals.increments)
+    xids = dict(totals.xids)
+    all_missing = dict(missing)
+    gauges: dict[str, float] = {}
+    device_totals: dict[str, float] = {}
+    clock_events: dict[str, bool] = {}
+    ratios: dict[str, tuple[str, float]] = {}
+    for reading in readings:
+        gauges.update(reading.gauges)
+        device_totals.update(reading.totals)
+        clock_events.update(reading.clock_events)
+        all_missing.update(reading.missing)
+        for xid, count in reading.xid_events.items():
+            xids[xid] = xids.get(xid, 0) + count
+        for key, amount in reading.increments.items():
+            increments[key] = increments.get(key, 0.0) + amount
+        if choice.admits(reading):
+            for key, part in reading.activity.items():
+                activity[key] = activity.get(key, ZERO_ACTIVITY) + part
+                ratio = part.ratio
+                if ratio is not None:
+                    ratios[key] = (reading.source, ratio)
+        # A key read without new coverage keeps its last value from the same source.
+        for key, (source, ratio) in totals.ratios.items():
+            if source == reading.source and key not in ratios and key not in reading.missing:
+                ratios[key] = (source, ratio)
+    gauges.update({key: ratio for key, (_, ratio) in ratios.items()})
+    device_totals.update(increments)
+    delivered = choice.delivered(readings)
+    state = GpuState(
+        identity=identity,
+        up=up,
+        gauges=MappingProxyType(gauges),
+        activity_totals=MappingProxyType({k: activity[k] for k in ACTIVITIES if k in activity}),
+        totals=MappingProxyType(device_totals),
+        clock_events=MappingProxyType(clock_events),
+        xid_totals=MappingProxyType(xids),
+        missing=MappingProxyType(all_missing),
+        profiling_source=choice.source,
+        profiling_available=delivered,
+        profiling_reason=choice.unavailable_reason(delivered, all_missing),
+        sources=tuple(r.source for r in readings),
+    )
+    return GpuTotals(activity, ratios, increments, xids), state

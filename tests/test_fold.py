@@ -1,0 +1,77 @@
+"""The fold on its own: pure, exact integrals, absent never zero, one profiling source."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from smlens import names as n
+from smlens.fold import GpuTotals, fold
+from smlens.model import Activity, GpuIdentity, Reading
+from smlens.profiling_policy import ProfilingChoice
+
+GPU = GpuIdentity(0, "GPU-0", "Fake")
+GPM = ProfilingChoice("gpm")
+
+
+def nvml(util: float, seconds: float, **extra: object) -> Reading:
+    return Reading(
+        "nvml",
+        gauges={n.POWER_WATTS: 100.0},
+        activity={n.UTILIZATION: Activity.of(util, seconds)},
+        totals={n.ENERGY_JOULES: 5.0},
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def gpm(sm: float, seconds: float) -> Reading:
+    return Reading("gpm", activity={n.SM_ACTIVE: Activity.of(sm, seconds)} if seconds else {}, profiling=True)
+
+
+def test_fold_is_pure() -> None:
+    totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={13: 1})
+    readings = [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)]
+    before = copy.deepcopy((totals, readings))
+    first = fold(GPU, totals, readings, {}, True, GPM)
+    assert fold(GPU, totals, readings, {}, True, GPM) == first
+    assert (totals, readings) == before
+
+
+def test_integrals_add_up_and_counters_accumulate() -> None:
+    totals = GpuTotals()
+    for seconds in (0.3, 1.7, 2.0):
+        totals, state = fold(
+            GPU,
+            totals,
+            [nvml(0.5, seconds, increments={n.PCIE_TX_BYTES: 10.0}), gpm(0.25, seconds)],
+            {},
+            True,
+            GPM,
+        )
+    assert state.activity_totals[n.UTILIZATION] == Activity(pytest.approx(2.0), pytest.approx(4.0))
+    assert state.activity_totals[n.SM_ACTIVE].active_seconds == pytest.approx(1.0)
+    assert state.totals == {n.ENERGY_JOULES: 5.0, n.PCIE_TX_BYTES: 30.0}
+    assert state.gauges[n.SM_ACTIVE] == pytest.approx(0.25) and state.profiling_available
+
+
+def test_another_profiling_source_is_ignored_never_mixed() -> None:
+    dcgm = Reading("dcgm", activity={n.SM_ACTIVE: Activity.of(0.9, 1.0)}, profiling=True)
+    _, state = fold(GPU, GpuTotals(), [nvml(0.5, 1.0), dcgm], {}, True, GPM)
+    assert n.SM_ACTIVE not in state.gauges and n.SM_ACTIVE not in state.activity_totals
+    assert state.profiling_available is False and state.sources == ("nvml", "dcgm")
+
+
+def test_a_failed_backend_leaves_its_values_absent_with_the_reason() -> None:
+    totals, _ = fold(GPU, GpuTotals(), [nvml(0.5, 1.0), gpm(0.25, 1.0)], {}, True, GPM)
+    totals, state = fold(GPU, totals, [nvml(0.5, 1.0)], {"gpm": "timeout"}, True, GPM)
+    assert n.SM_ACTIVE not in state.gauges  # not the last value, not zero
+    assert state.activity_totals[n.SM_ACTIVE].covered_seconds == pytest.approx(1.0)  # kept
+    assert (state.profiling_available, state.profiling_reason) == (False, "timeout")
+    assert state.missing == {"gpm": "timeout"}
+
+
+def test_a_ratio_without_new_coverage_keeps_its_last_value_from_the_same_source() -> None:
+    totals, _ = fold(GPU, GpuTotals(), [gpm(0.25, 1.0)], {}, True, GPM)
+    _, state = fold(GPU, totals, [gpm(0.25, 0.0)], {}, True, GPM)
+    assert state.gauges[n.SM_ACTIVE] == pytest.approx(0.25)
