@@ -99,7 +99,7 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
         (("serve", "--config", str(bad_yaml)), 1, "is not valid YAML"),
         (("serve", "--config", str(unknown)), 1, "unknown option 'colour'"),
         (("serve", "--config", str(tmp_path / "absent.yaml")), 1, "cannot read config file"),
-        (("check", "--backend", "sim", "--duration", "0"), 1, "--duration must be from 0.5 to 600"),
+        (("check", "--backend", "sim", "--duration", "0"), 1, "--duration: '0' must be from 0.5 to 600"),
         (("serve", "--backend", "sim", "--thresholds", str(unknown)), 1, "unknown threshold 'colour'"),
     ]
     for args, code, message in cases:

@@ -235,7 +235,7 @@ def test_dcgm_variant_image_and_hostengine() -> None:
         assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "smlens"
 
 
-def _resolved_settings(args: list[str]) -> config.Settings:
+def _resolved_settings(args: list[str]) -> config.SourceSettings:
     expanded = [re.sub(r"\$\((\w+)\)", "10.0.0.7", arg) for arg in args]  # as the kubelet expands $(VAR)
     parsed = cli._parser().parse_args(expanded)
     return config.resolve(parsed.command, vars(parsed), environ={"SMLENS_HOSTNAME": "node-a"})

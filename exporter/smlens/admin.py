@@ -7,34 +7,59 @@ hostengine-wide: it also pauses every other DCGM client on the node, e.g. dcgm-e
 
 from __future__ import annotations
 
+import logging
 import secrets
-from typing import Protocol
+import stat
+from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from smlens.backends.base import ProfilingControl
 from smlens.errors import BackendError, ConfigError
 
 MIN_TOKEN_LENGTH = 16
 
+log = logging.getLogger(__name__)
 
-class ProfilingControl(Protocol):
-    """What the router drives; :class:`smlens.backends.dcgm.DcgmBackend` is one."""
 
-    @property
-    def paused(self) -> bool: ...
+def checked_token(token: str, origin: str = "the admin token") -> str:
+    """The token without surrounding blanks, if it is strong enough; else one sentence."""
+    token = token.strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(f"{origin} must be at least {MIN_TOKEN_LENGTH} characters long.")
+    return token
 
-    def pause_profiling(self) -> None: ...
 
-    def resume_profiling(self) -> None: ...
+def read_token(path: Path) -> str:
+    """The token in ``path``: exactly one line (a final newline allowed) of 16+ characters. A file
+    that others than its owner can read draws a warning: anyone who reads it can pause profiling."""
+    try:
+        data = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(f"cannot read admin token file {path}: {exc.strerror}.") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"admin token file {path} is not UTF-8 text.") from None
+    line = text.removesuffix("\n").removesuffix("\r")
+    if "\n" in line or "\r" in line:
+        raise ConfigError(f"admin token file {path} must hold exactly one line, the token.")
+    token = checked_token(line, f"the token in admin token file {path}")
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        log.warning(
+            "admin token file %s is readable by its group or by everyone (mode %03o); chmod 600 it",
+            path,
+            stat.S_IMODE(mode),
+        )
+    return token
 
 
 def profiling_router(control: ProfilingControl, token: str) -> APIRouter:
     """``GET /admin/profiling`` (state), ``POST /admin/profiling/pause`` and ``.../resume``;
     every call needs ``Authorization: Bearer <token>``."""
-    if len(token.strip()) < MIN_TOKEN_LENGTH:
-        raise ConfigError(f"the admin token must be at least {MIN_TOKEN_LENGTH} characters long.")
-    expected = token.strip().encode()
+    expected = checked_token(token).encode()
 
     def authorized(request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")

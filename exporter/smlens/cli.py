@@ -1,24 +1,32 @@
-"""The ``smlens`` command: ``serve`` runs the exporter, ``check`` judges this node once."""
+"""The ``smlens`` command: ``serve`` runs the exporter, ``check`` judges this node once.
+
+Each command first resolves its settings and reads every file it names (thresholds, admin token, sim
+scenario) and only then opens NVML, starts threads or binds a socket, so a bad value or file is one
+sentence and exit 1 with nothing started.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from smlens import __version__, thresholds
-from smlens.config import Settings, add_flags, resolve
-from smlens.errors import SmlensError
+from smlens.backends.base import ProfilingControl
+from smlens.backends.registry import KINDS
+from smlens.config import CheckSettings, ServeSettings, SourceSettings, add_flags, resolve
+from smlens.errors import ConfigError, SmlensError
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from smlens.sampler import Sampler
 
 log = logging.getLogger("smlens")
+
+HELP_WIDTH = 100  # --help wraps at the terminal's width, and never wider than this
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,91 +36,110 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"smlens: {message} (see '{self.prog} --help')\n")
 
 
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    width = min(shutil.get_terminal_size().columns, HELP_WIDTH)
+    return argparse.HelpFormatter(prog, max_help_position=28, width=width)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="smlens", description="GPU SM activity and occupancy as Prometheus metrics.")
+    parser = _Parser(
+        prog="smlens",
+        description="GPU SM activity and occupancy as Prometheus metrics.",
+        formatter_class=_formatter,
+    )
     parser.add_argument("--version", action="version", version=f"smlens {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    serve = commands.add_parser("serve", help="run the exporter")
-    add_flags(serve, "serve")
-    check = commands.add_parser(
-        "check", help="sample this node for a few seconds and print a verdict per GPU"
-    )
-    add_flags(check, "check")
-    check.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
-    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    for name, summary in (
+        ("serve", "run the exporter"),
+        ("check", "sample this node for a few seconds and print a verdict per GPU"),
+    ):
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}. Every option can also come from the "
+            "environment or a config file; flags win over the environment, which wins over the file.",
+            usage=f"smlens {name} [options]",
+            formatter_class=_formatter,
+        )
+        add_flags(sub, name)
     return parser
 
 
-def _read_token(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise SmlensError(f"cannot read admin token file {path}: {exc.strerror}.") from exc
+def _admin_control(sampler: Sampler) -> ProfilingControl:
+    control = next((b for b in sampler.backends if isinstance(b, ProfilingControl)), None)
+    if control is None:
+        raise ConfigError(_NOT_PAUSABLE)
+    return control
 
 
-def _mount_admin(app: FastAPI, sampler: Sampler, token: str) -> None:
-    from smlens.admin import profiling_router
-    from smlens.backends.dcgm import DcgmBackend
-
-    dcgm = next((b for b in sampler.backends if isinstance(b, DcgmBackend)), None)
-    if dcgm is None:
-        sampler.close()
-        raise SmlensError(
-            "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
-        )
-    app.include_router(profiling_router(dcgm, token))
+_NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: ServeSettings) -> int:
     import uvicorn
 
+    from smlens.admin import profiling_router, read_token
     from smlens.app import Publisher, create_app
     from smlens.runtime import build_sampler
 
     limits = thresholds.load(settings.thresholds)
-    token = _read_token(settings.admin_token_file) if settings.admin_token_file else None
+    token = read_token(settings.admin_token_file) if settings.admin_token_file else None
+    if token is not None and not KINDS[settings.backend].pausable:
+        raise ConfigError(_NOT_PAUSABLE)
     sampler = build_sampler(settings)
-    publisher = Publisher()
-    sampler.subscribe(publisher.publish)
-    sampler.start()
-    host, port = settings.listen
-    log.info(
-        "serving %d GPU(s) on http://%s:%d/metrics (backend %s, interval %.2f s)",
-        len(sampler.gpus),
-        host,
-        port,
-        settings.backend,
-        settings.interval,
-    )
-    app = create_app(publisher, limits, sampler.alive)
-    if token is not None:
-        _mount_admin(app, sampler, token)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
     try:
+        publisher = Publisher()
+        sampler.subscribe(publisher.publish)
+        app = create_app(publisher, limits, sampler.alive)
+        if token is not None:
+            app.include_router(profiling_router(_admin_control(sampler), token))
+        host, port = settings.listen
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+        )
+        server = uvicorn.Server(config)
+        sampler.start()
+        log.info(
+            "serving %d GPU(s) on http://%s:%d/metrics (backend %s, interval %.2f s)",
+            len(sampler.gpus),
+            host,
+            port,
+            settings.backend,
+            settings.interval,
+        )
         server.run()
     finally:
         sampler.close()
     return 0 if server.started else 1
 
 
-def _check(settings: Settings, seconds: float, as_json: bool) -> int:
+def _check(settings: CheckSettings) -> int:
     from smlens.check import render_json, render_table, report, sample
     from smlens.runtime import build_sampler
 
-    if not 0.5 <= seconds <= 600:
-        raise SmlensError(f"--duration must be from 0.5 to 600 seconds, got {seconds}.")
     limits = thresholds.load(settings.thresholds)
     # Utilization must be read inside the short window, not only every --utilization-interval.
-    window = dict(settings.values, utilization_interval=min(settings.utilization_interval, seconds / 2))
-    sampler = build_sampler(Settings(window))
+    window = dataclasses.replace(
+        settings, utilization_interval=min(settings.utilization_interval, settings.duration / 2)
+    )
+    sampler = build_sampler(window)
     try:
-        first, last = sample(sampler, seconds)
+        first, last = sample(sampler, settings.duration)
     finally:
         sampler.close()
     reports = report(first, last, limits)
-    print(render_json(settings.node_name, seconds, reports) if as_json else render_table(reports))
+    if settings.json:
+        print(render_json(settings.node_name, settings.duration, reports))
+    else:
+        print(render_table(reports))
     return 0
+
+
+def _run(settings: SourceSettings) -> int:
+    if isinstance(settings, ServeSettings):
+        return _serve(settings)
+    assert isinstance(settings, CheckSettings)
+    return _check(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,9 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream=sys.stderr,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        if args.command == "serve":
-            return _serve(settings)
-        return _check(settings, args.duration, args.json)
+        return _run(settings)
     except SmlensError as exc:
         print(f"smlens: {exc}", file=sys.stderr)
         return 1

@@ -1,38 +1,50 @@
-"""Settings from defaults < config file < environment (SMLENS_*) < flags, all checked in one place.
+"""Settings of each command, from defaults < config file < environment (SMLENS_*) < flags.
 
-Every option is declared once in :data:`OPTIONS`; the CLI flags, the environment variables and the
-config-file keys are derived from that table.
+Every option is one field of a frozen dataclass (:class:`SourceSettings`, :class:`ServeSettings`,
+:class:`CheckSettings`); its metadata holds the parser, the default (parsed like any other value), the
+help text and the group. The CLI flags, the environment variables and the config-file keys are derived
+from those fields. :func:`resolve` parses every value and checks every rule between values in one step,
+before the command touches NVML, a socket or a thread; a bad value is one sentence that names where it
+came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
+from smlens.backends.registry import KINDS
+from smlens.backends.sim import MAX_SIM_GPUS
 from smlens.errors import ConfigError
 from smlens.yamlfile import read_yaml
 
 DEFAULT_PORT = 10132
+CONFIG_ENV = "SMLENS_CONFIG"
 
 Parser = Callable[[Any], Any]
 
 
-def _number(kind: type, low: float | None = None, high: float | None = None) -> Parser:
+def _number(kind: type[int] | type[float], low: float | None = None, high: float | None = None) -> Parser:
+    noun = "a whole number" if kind is int else "a number"
+
     def parse(raw: Any) -> Any:
-        noun = "a whole number" if kind is int else "a number"
-        if isinstance(raw, bool):
+        if isinstance(raw, bool) or (kind is int and isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(f"must be {noun}")
         try:
-            value = kind(raw)
-        except (TypeError, ValueError):
+            value = kind(raw.strip() if isinstance(raw, str) else raw)
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"must be {noun}") from None
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
             raise ValueError(f"must be {bounds}")
@@ -43,9 +55,9 @@ def _number(kind: type, low: float | None = None, high: float | None = None) -> 
 
 def _choice(*choices: str) -> Parser:
     def parse(raw: Any) -> str:
-        if raw not in choices:
+        if not isinstance(raw, str) or raw not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
-        return str(raw)
+        return raw
 
     return parse
 
@@ -53,6 +65,8 @@ def _choice(*choices: str) -> Parser:
 def _text(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError("must be a non-empty string")
+    if "\0" in raw:
+        raise ValueError("must not contain a NUL character")
     return raw.strip()
 
 
@@ -61,11 +75,15 @@ def _path(raw: Any) -> Path:
 
 
 def _names(raw: Any) -> tuple[str, ...]:
-    items = raw if isinstance(raw, list) else str(raw).split(",")
-    names = tuple(str(item).strip() for item in items if str(item).strip())
-    if not names:
+    if isinstance(raw, (list, tuple)):
+        items = [_text(item) for item in raw]
+    elif isinstance(raw, str):
+        items = [item.strip() for item in raw.split(",") if item.strip()]
+    else:
+        raise ValueError("must be a comma-separated list of names")
+    if not items:
         raise ValueError("must list at least one name")
-    return names
+    return tuple(items)
 
 
 def _flag(raw: Any) -> bool:
@@ -89,173 +107,251 @@ def parse_listen(raw: Any) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Option:
-    name: str  # attribute name; flag is --name-with-dashes, env SMLENS_NAME
+    """How one settings field is read: ``--name-with-dashes``, env ``SMLENS_NAME``, config key ``name``."""
+
+    name: str
     parse: Parser
-    default: Any
+    default: Any  # raw, parsed like a given value; None: unset (``shown`` says what that means)
     help: str
-    commands: tuple[str, ...] = ("serve", "check")
+    group: str
+    metavar: str = ""
+    shown: str = ""  # the default as --help words it, where the raw value does not say it
+    choices: tuple[str, ...] = ()
     is_switch: bool = False
 
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "backend",
-        _choice("auto", "nvml", "dcgm", "sim"),
+    @property
+    def env(self) -> str:
+        return "SMLENS_" + self.name.upper()
+
+
+def option(
+    parse: Parser,
+    default: Any,
+    help: str,
+    group: str,
+    *,
+    metavar: str = "",
+    shown: str = "",
+    choices: tuple[str, ...] = (),
+    switch: bool = False,
+) -> Any:
+    spec = dict(
+        parse=parse, default=default, help=help, group=group, metavar=metavar, shown=shown, choices=choices
+    )
+    return field(metadata={"option": {**spec, "is_switch": switch}})
+
+
+SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
+    "data source",
+    "simulated node (--backend sim)",
+    "DCGM, for GPUs without GPM (docs/dcgm.md)",
+    "serving",
+    "workload attribution (docs/attribution.md)",
+    "check",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceSettings:
+    """Where the data comes from and how often: what both commands share."""
+
+    backend: str = option(
+        _choice(*KINDS),
         "auto",
-        "data source: auto (NVML, plus GPM where supported, else DCGM when reachable), nvml (no "
-        "profiling metrics), dcgm (NVML plus DCGM profiling, no GPM) or sim",
-    ),
-    Option("listen", parse_listen, f"0.0.0.0:{DEFAULT_PORT}", "HOST:PORT to serve on", ("serve",)),
-    Option("interval", _number(float, 0.1, 60.0), 1.0, "sampling interval in seconds (0.1-60)"),
-    Option(
-        "hostname",
-        _text,
-        None,
-        "node name for the hostname label (the Helm chart sets it from spec.nodeName); "
-        "default: the OS hostname",
-    ),
-    Option(
-        "energy_interval",
+        "; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()),
+        SOURCE,
+        choices=tuple(KINDS),
+    )
+    interval: float = option(_number(float, 0.1, 60.0), 1.0, "sampling interval in seconds, 0.1-60", SOURCE)
+    hostname: str | None = option(
+        _text, None, "value of the hostname label (the Helm chart passes the node name)", SOURCE,
+        metavar="NAME", shown="the OS hostname",
+    )  # fmt: skip
+    energy_interval: float = option(
         _number(float, 1.0, 3600.0),
         15.0,
-        "seconds between reads of the energy counter (one read costs ~4 ms per GPU)",
-    ),
-    Option(
-        "utilization_interval",
+        "seconds between energy-counter reads (~4 ms per GPU)",
+        SOURCE,
+    )
+    utilization_interval: float = option(
         _number(float, 0.1, 10.0),
         5.0,
-        "seconds between reads of the driver's utilization samples (one read costs ~2 ms per GPU; each "
-        "read integrates every sample since the last, so the counters stay exact)",
-    ),
-    Option("sim_gpus", _number(int, 1, 64), 8, "number of simulated GPUs (--backend sim)"),
-    Option("sim_seed", _number(int, 0), 0, "seed of the simulated node's noise"),
-    Option("sim_scenario", _path, None, "YAML file of time-varying simulated GPU phases"),
-    Option("thresholds", _path, None, "YAML file overriding the shipped verdict thresholds"),
-    Option("log_level", _choice("debug", "info", "warning", "error"), "info", "log level"),
-    # DCGM profiling for GPUs without GPM (docs/dcgm.md).
-    Option(
-        "dcgm_hostengine",
-        _text,
-        None,
-        "nv-hostengine to use: HOST[:PORT] or unix:///path (default localhost:5555)",
-    ),
-    Option(
-        "dcgm_embedded",
+        "seconds between reads of the driver's utilization samples (~2 ms per GPU; every sample "
+        "since the last read counts, so the counters stay exact)",
+        SOURCE,
+    )
+    thresholds: Path | None = option(
+        _path, None, "YAML file overriding the shipped verdict thresholds", SOURCE, metavar="FILE"
+    )
+    log_level: str = option(
+        _choice("debug", "info", "warning", "error"),
+        "info",
+        "log level",
+        SOURCE,
+        choices=("debug", "info", "warning", "error"),
+    )
+    sim_gpus: int = option(
+        _number(int, 1, MAX_SIM_GPUS), 8, f"number of simulated GPUs, 1-{MAX_SIM_GPUS}", SIM, metavar="N"
+    )
+    sim_seed: int = option(_number(int, 0), 0, "seed of the simulated node's noise", SIM, metavar="N")
+    sim_scenario: Path | None = option(
+        _path, None, "YAML file of time-varying simulated GPU phases", SIM, metavar="FILE"
+    )
+    dcgm_hostengine: str | None = option(
+        _text, None, "nv-hostengine to use: HOST[:PORT] or unix:///path", DCGM,
+        metavar="ADDR", shown="localhost:5555",
+    )  # fmt: skip
+    dcgm_embedded: bool = option(
         _flag,
         False,
-        "start an embedded DCGM engine instead of using nv-hostengine (needs root; never on a GPU "
-        "Operator node, whose hostengine holds the profiling lock)",
-        is_switch=True,
-    ),
-    Option(
-        "admin_token_file",
-        _path,
-        None,
-        "file holding a bearer token (16+ characters) that enables /admin/profiling/pause and /resume "
-        "for DCGM; off without it",
-        ("serve",),
-    ),
-    # Workload attribution (docs/attribution.md).
-    Option(
-        "pod_resources_socket",
-        _path,
-        None,
-        "kubelet PodResources socket for pod labels; default: /var/lib/kubelet/pod-resources/kubelet.sock "
-        "if that directory exists (with --backend sim only when given: it replaces the sim pod layout)",
-        ("serve",),
-    ),
-    Option(
-        "attribution_interval",
-        _number(float, 0.2, 3600.0),
-        DEFAULT_INTERVAL,
-        "seconds between attribution refreshes (kubelet, NVML process lists), off the scrape path",
-        ("serve",),
-    ),
-    Option(
-        "attribution_timeout",
-        _number(float, 0.1, 60.0),
-        DEFAULT_TIMEOUT,
-        "seconds the kubelet may take to answer before pod labels are dropped as down",
-        ("serve",),
-    ),
-    Option(
-        "gpu_resource_names",
-        _names,
-        DEFAULT_RESOURCE_NAMES,
-        "comma-separated device plugin resource names (globs allowed) whose devices are GPUs",
-        ("serve",),
-    ),
-    Option(
-        "gpu_dra_drivers",
-        _names,
-        DEFAULT_DRA_DRIVERS,
-        "comma-separated DRA driver names whose claimed devices are GPUs",
-        ("serve",),
-    ),
-    Option(
-        "no_workload_labels",
-        _flag,
-        False,
-        "do not add namespace/pod/container to the series of a GPU that one container holds",
-        ("serve",),
-        is_switch=True,
-    ),
-    Option(
-        "sim_pods", _path, None, "YAML pod layout for --backend sim (default: a built-in one)", ("serve",)
-    ),
-    Option(
-        "process_attribution",
-        _flag,
-        False,
-        "per-workload GPU memory and time-based utilization from NVML process lists (needs the host "
-        "PID namespace: hostPID in Kubernetes)",
-        ("serve",),
-        is_switch=True,
-    ),
-)
-_BY_NAME = {o.name: o for o in OPTIONS}
-
-
-@dataclass(frozen=True)
-class Settings:
-    values: Mapping[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        "start an embedded DCGM engine instead of using nv-hostengine (needs root; never on GPU "
+        "Operator nodes)",
+        DCGM,
+        switch=True,
+    )
 
     @property
     def node_name(self) -> str:
-        return str(self.values["hostname"] or socket.gethostname())
+        return self.hostname or socket.gethostname()
+
+    def check(self) -> None:
+        """Rules between values; raises ConfigError with one sentence."""
+        if self.dcgm_embedded and self.dcgm_hostengine is not None:
+            raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
 
 
-def env_name(option: Option) -> str:
-    return "SMLENS_" + option.name.upper()
+@dataclass(frozen=True, kw_only=True)
+class ServeSettings(SourceSettings):
+    """``smlens serve``."""
+
+    listen: tuple[str, int] = option(
+        parse_listen, f"0.0.0.0:{DEFAULT_PORT}", "address to serve on", SERVE, metavar="HOST:PORT"
+    )
+    admin_token_file: Path | None = option(
+        _path,
+        None,
+        "file of one line, a bearer token of 16+ characters, enabling /admin/profiling/pause "
+        "and /resume (DCGM)",
+        SERVE,
+        metavar="FILE",
+        shown="off",
+    )
+    pod_resources_socket: Path | None = option(
+        _path,
+        None,
+        "kubelet PodResources socket for pod labels (with --backend sim, it replaces the sim pod layout)",
+        ATTRIBUTION,
+        metavar="PATH",
+        shown="/var/lib/kubelet/pod-resources/kubelet.sock if present",
+    )
+    attribution_interval: float = option(
+        _number(float, 0.2, 3600.0),
+        DEFAULT_INTERVAL,
+        "seconds between attribution refreshes (kubelet, NVML process lists)",
+        ATTRIBUTION,
+    )
+    attribution_timeout: float = option(
+        _number(float, 0.1, 60.0),
+        DEFAULT_TIMEOUT,
+        "seconds the kubelet may take to answer before pod labels are dropped",
+        ATTRIBUTION,
+    )
+    gpu_resource_names: tuple[str, ...] = option(
+        _names,
+        ",".join(DEFAULT_RESOURCE_NAMES),
+        "device plugin resources whose devices are GPUs, comma-separated, globs allowed",
+        ATTRIBUTION,
+        metavar="NAMES",
+    )
+    gpu_dra_drivers: tuple[str, ...] = option(
+        _names,
+        ",".join(DEFAULT_DRA_DRIVERS),
+        "DRA drivers whose claimed devices are GPUs, comma-separated",
+        ATTRIBUTION,
+        metavar="NAMES",
+    )
+    no_workload_labels: bool = option(
+        _flag,
+        False,
+        "no namespace/pod/container labels on the series of a GPU that one container holds",
+        ATTRIBUTION,
+        switch=True,
+    )
+    sim_pods: Path | None = option(
+        _path, None, "YAML pod layout of the simulated node", SIM, metavar="FILE", shown="a built-in one"
+    )
+    process_attribution: bool = option(
+        _flag,
+        False,
+        "per-workload GPU memory and utilization from NVML process lists (needs hostPID)",
+        ATTRIBUTION,
+        switch=True,
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.attribution_timeout >= self.attribution_interval:
+            raise ConfigError(
+                f"--attribution-timeout ({self.attribution_timeout:g} s) must be shorter than "
+                f"--attribution-interval ({self.attribution_interval:g} s)."
+            )
+        if self.sim_pods is not None and self.backend != "sim":
+            raise ConfigError("--sim-pods applies only to --backend sim.")
+        if self.process_attribution and self.backend == "sim":
+            raise ConfigError(
+                "--process-attribution reads NVML's process lists and needs --backend nvml or auto."
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckSettings(SourceSettings):
+    """``smlens check``."""
+
+    duration: float = option(_number(float, 0.5, 600.0), 3.0, "seconds to sample, 0.5-600", CHECK)
+    json: bool = option(_flag, False, "print JSON instead of a table", CHECK, switch=True)
+
+
+COMMANDS: Mapping[str, type[SourceSettings]] = {"serve": ServeSettings, "check": CheckSettings}
+
+
+def options(command: str) -> Iterator[Option]:
+    for f in dataclasses.fields(COMMANDS[command]):
+        yield Option(name=f.name, **f.metadata["option"])
+
+
+def _all_names() -> set[str]:
+    return {o.name for command in COMMANDS for o in options(command)}
+
+
+def _shown_default(o: Option) -> str:
+    if o.shown:
+        return o.shown
+    if o.default is None or o.is_switch:
+        return ""
+    return f"{o.default:g}" if isinstance(o.default, float) else str(o.default)
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    parser.add_argument("--config", metavar="FILE", help="YAML config file (env SMLENS_CONFIG)")
-    for option in OPTIONS:
-        if command not in option.commands:
-            continue
-        flag = "--" + option.name.replace("_", "-")
-        if option.is_switch:
-            parser.add_argument(
-                flag,
-                action="store_const",
-                const=True,
-                default=None,
-                help=f"{option.help} (env {env_name(option)})",
+    """The command's flags, in groups; each help line ends with its default (once) and env name."""
+    parser.add_argument(
+        "--config", metavar="FILE", help=f"YAML file of options, keys as the flag names (env {CONFIG_ENV})"
+    )
+    groups: dict[str, Any] = {}
+    for o in options(command):
+        group = groups.get(o.group) or groups.setdefault(o.group, parser.add_argument_group(o.group))
+        default = _shown_default(o)
+        where = f"default {default}; env {o.env}" if default else f"env {o.env}"
+        if o.is_switch:
+            group.add_argument(
+                o.flag, action="store_const", const=True, default=None, help=f"{o.help} ({where})"
             )
         else:
-            parser.add_argument(
-                flag,
-                default=None,
-                metavar=option.name.split("_")[-1].upper(),
-                help=f"{option.help} (default {option.default}; env {env_name(option)})",
-            )
+            metavar = "{" + ",".join(o.choices) + "}" if o.choices else o.metavar or "S"
+            group.add_argument(o.flag, default=None, metavar=metavar, help=f"{o.help} ({where})")
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -264,37 +360,60 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must be a mapping of option to value.")
+    known = _all_names()
     values: dict[str, Any] = {}
     for key, value in raw.items():
         name = str(key).replace("-", "_")
-        if name not in _BY_NAME:
-            raise ConfigError(f"config file {path}: unknown option {key!r}.")
+        if name not in known:
+            raise ConfigError(f"config file {path}: unknown option {str(key)!r}.")
         values[name] = value
     return values
 
 
-def resolve(command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Settings:
-    """Merge defaults, config file, environment and flags, validating every value."""
-    config_path = flags.get("config") or environ.get("SMLENS_CONFIG")
-    from_file = _read_config_file(Path(config_path)) if config_path else {}
+@overload
+def resolve(
+    command: Literal["serve"], flags: Mapping[str, Any], environ: Mapping[str, str] = ...
+) -> ServeSettings: ...
+@overload
+def resolve(
+    command: Literal["check"], flags: Mapping[str, Any], environ: Mapping[str, str] = ...
+) -> CheckSettings: ...
+@overload
+def resolve(command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = ...) -> SourceSettings: ...
+def resolve(
+    command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = os.environ
+) -> SourceSettings:
+    """The settings of ``command``: every value parsed and every rule between values checked."""
+    config_path = flags.get("config") or environ.get(CONFIG_ENV)
+    from_file = _read_config_file(_config_path(config_path)) if config_path else {}
     values: dict[str, Any] = {}
-    for option in OPTIONS:
-        if command not in option.commands:
-            continue
-        raw, origin = option.default, None
-        if option.name in from_file:
-            raw, origin = from_file[option.name], f"config file option {option.name!r}"
-        if env_name(option) in environ:
-            raw, origin = environ[env_name(option)], f"environment variable {env_name(option)}"
-        if flags.get(option.name) is not None:
-            raw, origin = flags[option.name], "--" + option.name.replace("_", "-")
-        if origin is None or raw is None:
-            values[option.name] = raw
+    for o in options(command):
+        raw, origin = o.default, "the default"
+        if o.name in from_file:
+            raw, origin = from_file[o.name], f"config file option {o.name!r}"
+        if o.env in environ:
+            raw, origin = environ[o.env], f"environment variable {o.env}"
+        if flags.get(o.name) is not None:
+            raw, origin = flags[o.name], o.flag
+        if raw is None:
+            values[o.name] = None
             continue
         try:
-            values[option.name] = option.parse(raw)
+            values[o.name] = o.parse(raw)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{origin}: {raw!r} {exc}.") from None
-    if command == "serve" and isinstance(values["listen"], str):
-        values["listen"] = parse_listen(values["listen"])
-    return Settings(values)
+            raise ConfigError(f"{origin}: {_shorten(raw)} {exc}.") from None
+    settings = COMMANDS[command](**values)
+    settings.check()
+    return settings
+
+
+def _shorten(raw: Any, limit: int = 60) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _config_path(raw: str) -> Path:
+    try:
+        return _path(raw)
+    except ValueError as exc:
+        raise ConfigError(f"--config / {CONFIG_ENV}: {raw!r} {exc}.") from None

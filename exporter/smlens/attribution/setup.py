@@ -17,36 +17,24 @@ from smlens.attribution.mig import mig_parents
 from smlens.attribution.processes import ProcessSource
 from smlens.attribution.refresher import AllocationSource, AttributionRefresher, UsageSource
 from smlens.backends.nvml_session import NvmlSession
-from smlens.config import Settings
+from smlens.config import ServeSettings
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
-def _socket(settings: Settings) -> Path | None:
-    explicit: Path | None = settings.pod_resources_socket
-    if explicit is not None:
-        return explicit
+def _socket(settings: ServeSettings) -> Path | None:
+    if settings.pod_resources_socket is not None:
+        return settings.pod_resources_socket
     if settings.backend != "sim" and DEFAULT_SOCKET.parent.is_dir():
         return DEFAULT_SOCKET
     return None
 
 
-def build_refresher(settings: Settings, gpus: Sequence[GpuIdentity]) -> AttributionRefresher | None:
+def build_refresher(settings: ServeSettings, gpus: Sequence[GpuIdentity]) -> AttributionRefresher | None:
     """The refresher for these settings, or None when no source applies (not started yet)."""
     sim = settings.backend == "sim"
-    if settings.attribution_timeout >= settings.attribution_interval:
-        raise ConfigError(
-            f"--attribution-timeout ({settings.attribution_timeout:g} s) must be shorter than "
-            f"--attribution-interval ({settings.attribution_interval:g} s)."
-        )
-    if settings.sim_pods is not None and not sim:
-        raise ConfigError("--sim-pods applies only to --backend sim.")
-    if settings.process_attribution and sim:
-        raise ConfigError(
-            "--process-attribution reads NVML's process lists and needs --backend nvml or auto."
-        )
     session = None if sim else NvmlSession()
     socket = _socket(settings)
     allocation: AllocationSource | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from smlens.model import GpuIdentity, Reading
 
@@ -39,3 +40,16 @@ class DeviceSource(Backend):
     @abc.abstractmethod
     def discover(self) -> list[GpuIdentity]:
         """List the GPUs of this node, in index order."""
+
+
+@runtime_checkable
+class ProfilingControl(Protocol):
+    """A backend that can pause its profiling so that another tool (Nsight Compute) gets the counters;
+    the admin endpoints drive it. :class:`smlens.backends.dcgm.DcgmBackend` is one."""
+
+    @property
+    def paused(self) -> bool: ...
+
+    def pause_profiling(self) -> None: ...
+
+    def resume_profiling(self) -> None: ...

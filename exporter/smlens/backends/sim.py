@@ -8,6 +8,7 @@ them apart; a scenario file makes them change over time. It is only ever used wh
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import uuid
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ SIM_MEMORY_BYTES = 141 * 1024**3
 SIM_POWER_LIMIT_WATTS = 700.0
 SIM_MAX_SM_CLOCK_HERTZ = 1.98e9
 NOISE = 0.02
+MAX_SIM_GPUS = 64  # for --sim-gpus and scenario files alike: a simulated node stays node-sized
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def _profile(raw: Any, where: str) -> Profile:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a profile name or a mapping, got {raw!r}.")
     base_name = raw.get("profile", "idle")
-    if base_name not in PROFILES:
+    if not isinstance(base_name, str) or base_name not in PROFILES:
         raise ConfigError(f"{where}: unknown profile {base_name!r}; known: {', '.join(PROFILES)}.")
     overrides = {k: v for k, v in raw.items() if k not in ("profile", "seconds")}
     fields = {f.name for f in dataclasses.fields(Profile)}
@@ -138,6 +140,7 @@ def _profile(raw: Any, where: str) -> Profile:
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
+            or not math.isfinite(value)
             or value < 0
             or (ratio_field and value > 1)
         ):
@@ -151,6 +154,11 @@ def load_scenario(path: Path) -> Scenario:
     raw = read_yaml(path, "scenario file")
     if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) or not raw["gpus"]:
         raise ConfigError(f"scenario file {path} needs a non-empty list under 'gpus'.")
+    if len(raw["gpus"]) > MAX_SIM_GPUS:
+        raise ConfigError(
+            f"scenario file {path} lists {len(raw['gpus'])} GPUs; a simulated node has at most "
+            f"{MAX_SIM_GPUS}."
+        )
     gpus: list[tuple[Phase, ...]] = []
     for i, entry in enumerate(raw["gpus"]):
         where = f"{path}: gpus[{i}]"
@@ -161,8 +169,15 @@ def load_scenario(path: Path) -> Scenario:
             built = []
             for j, phase in enumerate(phases):
                 seconds = phase.get("seconds") if isinstance(phase, dict) else None
-                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-                    raise ConfigError(f"{where}.phases[{j}]: 'seconds' must be a positive number.")
+                if (
+                    isinstance(seconds, bool)
+                    or not isinstance(seconds, (int, float))
+                    or not math.isfinite(seconds)
+                    or seconds <= 0
+                ):
+                    raise ConfigError(
+                        f"{where}.phases[{j}]: 'seconds' must be a positive number, got {seconds!r}."
+                    )
                 built.append(Phase(_profile(phase, f"{where}.phases[{j}]"), float(seconds)))
             gpus.append(tuple(built))
         else:

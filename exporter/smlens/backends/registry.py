@@ -1,0 +1,110 @@
+"""The data sources that ``--backend`` chooses from: name -> how to open it and what it can do.
+
+A new backend is one module under ``smlens.backends`` plus one entry here; the settings (``--backend``
+choices and help, the ``--admin-token-file`` check), the runtime and the admin endpoints read this table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from smlens.backends.base import Backend, DeviceSource
+from smlens.errors import BackendUnavailable
+from smlens.model import GpuIdentity
+
+if TYPE_CHECKING:
+    from smlens.config import SourceSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An opened data source: the device source, its GPUs, and the profiling backends in priority order."""
+
+    device: DeviceSource
+    gpus: list[GpuIdentity]
+    extras: list[Backend]
+
+    def close(self) -> None:
+        for backend in (*reversed(self.extras), self.device):
+            backend.close()
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    name: str
+    summary: str  # one phrase for --help
+    profiling: bool  # can it deliver SM-level metrics
+    pausable: bool  # can it pause profiling for another tool (the admin endpoints)
+    open: Callable[[SourceSettings], Opened]
+
+
+def _open_sim(settings: SourceSettings) -> Opened:
+    from smlens.backends.sim import Scenario, SimBackend, load_scenario
+
+    scenario = (
+        load_scenario(settings.sim_scenario) if settings.sim_scenario else Scenario.steady(settings.sim_gpus)
+    )
+    sim = SimBackend(scenario, seed=settings.sim_seed, hostname_hint=settings.node_name)
+    return Opened(sim, sim.discover(), [])
+
+
+def _open_nvml(settings: SourceSettings, gpm: bool, dcgm: bool, dcgm_required: bool) -> Opened:
+    """GPUs are discovered first, so that a node without NVML fails with that cause before DCGM is tried."""
+    from smlens.backends.nvml import open_nvml_backends
+
+    nvml, gpm_backend = open_nvml_backends(
+        energy_interval=settings.energy_interval, utilization_interval=settings.utilization_interval
+    )
+    try:
+        opened = Opened(nvml, nvml.discover(), [gpm_backend] if gpm else [])
+    except BaseException:
+        nvml.close()
+        raise
+    if not dcgm:
+        return opened
+    from smlens.backends.dcgm import open_dcgm_backend
+
+    try:
+        opened.extras.append(
+            open_dcgm_backend(settings.dcgm_hostengine, settings.dcgm_embedded, settings.interval)
+        )
+    except BackendUnavailable as exc:
+        if dcgm_required:
+            opened.close()
+            raise
+        log.info("DCGM not used (GPUs without GPM get NVML metrics only): %s", exc)
+    return opened
+
+
+KINDS: Mapping[str, BackendKind] = {
+    kind.name: kind
+    for kind in (
+        BackendKind(
+            "auto",
+            "NVML, plus GPM where supported, else DCGM if reachable",
+            profiling=True,
+            pausable=True,
+            open=lambda s: _open_nvml(s, gpm=True, dcgm=True, dcgm_required=False),
+        ),
+        BackendKind(
+            "nvml",
+            "NVML only, no SM-level metrics",
+            profiling=False,
+            pausable=False,
+            open=lambda s: _open_nvml(s, gpm=False, dcgm=False, dcgm_required=False),
+        ),
+        BackendKind(
+            "dcgm",
+            "NVML and DCGM, no GPM",
+            profiling=True,
+            pausable=True,
+            open=lambda s: _open_nvml(s, gpm=False, dcgm=True, dcgm_required=True),
+        ),
+        BackendKind("sim", "a simulated node", profiling=True, pausable=False, open=_open_sim),
+    )
+}
