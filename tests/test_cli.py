@@ -130,3 +130,33 @@ def test_admin_token_needs_dcgm_and_a_readable_file(tmp_path: Path) -> None:
         result.stderr.strip()
         == f"smlens: cannot read admin token file {tmp_path / 'absent'}: No such file or directory."
     )
+
+
+def test_help_shows_each_default_once_its_env_name_and_choices_and_fits_a_terminal() -> None:
+    from smlens.config import options
+
+    for command in ("serve", "check"):
+        wide = run_cli(command, "--help", env={"COLUMNS": "200"})
+        assert wide.returncode == 0, wide.stderr
+        lines = wide.stdout.splitlines()
+        assert max(map(len, lines)) <= 100, max(lines, key=len)
+        assert all(
+            len(line) <= 80 for line in run_cli(command, "--help", env={"COLUMNS": "80"}).stdout.splitlines()
+        )
+        text = " ".join(wide.stdout.split())  # undo the wrapping
+        for artifact in ("default None", "(default ('", "default: None"):
+            assert artifact not in text, (command, artifact)
+        for option in options(command):
+            entry = text[text.index(option.flag + " ") :]
+            entry = entry[: entry.index(f"env {option.env})") + len(option.env) + 5]
+            assert entry.count("default") <= 1, entry
+            if option.choices:
+                assert entry.startswith(f"{option.flag} {{{','.join(option.choices)}}}"), entry
+        assert "SMLENS_CONFIG" in text
+    check = " ".join(run_cli("check", "--help").stdout.split())
+    assert "--duration S seconds to sample, 0.5-600 (default 3; env SMLENS_DURATION)" in check
+    assert "--json print JSON instead of a table (env SMLENS_JSON)" in check
+    serve = " ".join(run_cli("serve", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "--backend {auto,nvml,dcgm,sim}" in serve and "(default auto; env SMLENS_BACKEND)" in serve
+    assert "(default 0.0.0.0:10132; env SMLENS_LISTEN)" in serve
+    assert len(run_cli("serve", "--help", env={"COLUMNS": "100"}).stdout.splitlines()) <= 70

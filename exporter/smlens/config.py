@@ -168,7 +168,7 @@ class SourceSettings:
     )
     interval: float = option(_number(float, 0.1, 60.0), 1.0, "sampling interval in seconds, 0.1-60", SOURCE)
     hostname: str | None = option(
-        _text, None, "value of the hostname label (the Helm chart passes the node name)", SOURCE,
+        _text, None, "value of the hostname label; the Helm chart passes the node name", SOURCE,
         metavar="NAME", shown="the OS hostname",
     )  # fmt: skip
     energy_interval: float = option(
@@ -389,7 +389,7 @@ def resolve(
     values: dict[str, Any] = {}
     for o in options(command):
         raw, origin = o.default, "the default"
-        if o.name in from_file:
+        if from_file.get(o.name) is not None:  # a key without a value leaves the option unset
             raw, origin = from_file[o.name], f"config file option {o.name!r}"
         if o.env in environ:
             raw, origin = environ[o.env], f"environment variable {o.env}"

@@ -24,7 +24,7 @@ def _is_regex(value: str) -> bool:
         return False
     try:
         re.compile(value)
-    except re.error:
+    except (re.error, OverflowError, RecursionError):
         return False
     return True
 
@@ -64,7 +64,7 @@ def _build(raw: Any, origin: str) -> Thresholds:
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: thresholds must be a mapping of name to value.")
     names = {f.name: f for f in dataclasses.fields(Thresholds)}
-    unknown = sorted(set(raw) - set(names))
+    unknown = sorted(set(raw) - set(names), key=str)
     if unknown:
         raise ConfigError(f"{origin}: unknown threshold {unknown[0]!r}; known: {', '.join(names)}.")
     missing = sorted(set(names) - set(raw))
