@@ -162,7 +162,7 @@ class SourceSettings:
     backend: str = option(
         _choice(*KINDS),
         "auto",
-        "; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()),
+        "; ".join(kind.describe() for kind in KINDS.values()),
         SOURCE,
         choices=tuple(KINDS),
     )

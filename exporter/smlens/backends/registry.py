@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from smlens.backends.base import Backend, DeviceSource
@@ -41,6 +42,9 @@ class BackendKind:
     profiling: bool  # can it deliver SM-level metrics
     pausable: bool  # can it pause profiling for another tool (the admin endpoints)
     open: Callable[[SourceSettings], Opened]
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.summary}" + ("" if self.profiling else ", no SM-level metrics")
 
 
 def _open_sim(settings: SourceSettings) -> Opened:
@@ -81,30 +85,16 @@ def _open_nvml(settings: SourceSettings, gpm: bool, dcgm: bool, dcgm_required: b
     return opened
 
 
+_AUTO = partial(_open_nvml, gpm=True, dcgm=True, dcgm_required=False)
+_NVML = partial(_open_nvml, gpm=False, dcgm=False, dcgm_required=False)
+_DCGM = partial(_open_nvml, gpm=False, dcgm=True, dcgm_required=True)
+
 KINDS: Mapping[str, BackendKind] = {
     kind.name: kind
     for kind in (
-        BackendKind(
-            "auto",
-            "NVML, plus GPM where supported, else DCGM if reachable",
-            profiling=True,
-            pausable=True,
-            open=lambda s: _open_nvml(s, gpm=True, dcgm=True, dcgm_required=False),
-        ),
-        BackendKind(
-            "nvml",
-            "NVML only, no SM-level metrics",
-            profiling=False,
-            pausable=False,
-            open=lambda s: _open_nvml(s, gpm=False, dcgm=False, dcgm_required=False),
-        ),
-        BackendKind(
-            "dcgm",
-            "NVML and DCGM, no GPM",
-            profiling=True,
-            pausable=True,
-            open=lambda s: _open_nvml(s, gpm=False, dcgm=True, dcgm_required=True),
-        ),
-        BackendKind("sim", "a simulated node", profiling=True, pausable=False, open=_open_sim),
+        BackendKind("auto", "NVML, plus GPM where supported, else DCGM if reachable", True, True, _AUTO),
+        BackendKind("nvml", "NVML only", False, False, _NVML),
+        BackendKind("dcgm", "NVML and DCGM, no GPM", True, True, _DCGM),
+        BackendKind("sim", "a simulated node", True, False, _open_sim),
     )
 }
