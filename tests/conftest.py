@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import socket
@@ -10,22 +11,33 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
 
+from fakes import dcgm_hostengine
+
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
+DCGM_DOUBLE_DIR = REPO / "tests" / "fakes" / "fake_dcgm"
+DCGM_BINDINGS_ENV = "SMLENS_DCGM_BINDINGS"
+DCGM_BINDING_MODULES = ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue")
+
+
+def missing_dependency(message: str) -> None:
+    """A test dependency is absent: fail under CI (the test command installs it), skip elsewhere."""
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def require_tool(name: str) -> str:
     """Path of an external tool; fails under CI (the test command installs it), skips elsewhere."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (the README's test command installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_dependency(f"{name} is not installed (the README's test command installs it)")
+    assert path is not None
     return path
 
 
@@ -90,3 +102,41 @@ def run_cli(
         timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(REPO / "exporter"), **(env or {})},
     )
+
+
+def _dcgm_binding_sets() -> list[str]:
+    """The double, then each directory of NVIDIA's bindings named in $SMLENS_DCGM_BINDINGS."""
+    return ["double", *(f"nvidia:{d}" for d in nvidia_dcgm_binding_dirs())]
+
+
+def nvidia_dcgm_binding_dirs() -> list[str]:
+    return [d for d in os.environ.get(DCGM_BINDINGS_ENV, "").split(os.pathsep) if d]
+
+
+def _binding_id(param: str) -> str:
+    return "double" if param == "double" else "nvidia-" + Path(param[7:]).name
+
+
+@pytest.fixture(params=_dcgm_binding_sets(), ids=_binding_id)
+def fake_dcgm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """DCGM's Python bindings over the stub libdcgm and fresh fake hostengines; yields
+    ``fakes.dcgm_hostengine``. Runs each test with the double and with every copy of NVIDIA's own
+    bindings named in $SMLENS_DCGM_BINDINGS (scripts/fetch-dcgm-bindings.sh fetches them)."""
+    param: str = request.param
+    directory = DCGM_DOUBLE_DIR if param == "double" else Path(param[7:])
+    if param != "double" and not (directory / "dcgm_structs.py").is_file():
+        missing_dependency(
+            f"NVIDIA's DCGM Python bindings are not here: set {DCGM_BINDINGS_ENV} to a copy of "
+            "NVIDIA/DCGM testing/python3 (scripts/fetch-dcgm-bindings.sh makes one)"
+        )
+    monkeypatch.syspath_prepend(str(directory))
+    for name in DCGM_BINDING_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    structs = importlib.import_module("dcgm_structs")
+    assert Path(structs.__file__ or "").parent == directory
+    if param != "double":  # stands where libdcgm.so.4 would be loaded
+        monkeypatch.setattr(structs, "dcgmLib", dcgm_hostengine.LIBDCGM)
+    registry = dcgm_hostengine.reset()
+    yield dcgm_hostengine
+    assert registry.crashes == [], "the stub libdcgm failed inside a call"
+    dcgm_hostengine.reset()

@@ -1,11 +1,12 @@
-"""The DCGM backend against the DCGM test double (tests/fakes/fake_dcgm): no DCGM is installed here."""
+"""The DCGM backend over the stub libdcgm and fake hostengines (tests/fakes/dcgm_hostengine.py), driven
+through the double of DCGM's Python bindings (tests/fakes/fake_dcgm) and, where $SMLENS_DCGM_BINDINGS
+names copies of them, through NVIDIA's own bindings: every test here runs once per binding set."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from smlens import names as n
+from conftest import DCGM_BINDING_MODULES, DCGM_DOUBLE_DIR
 from smlens.admin import profiling_router
 from smlens.backends import dcgm, gpm
 from smlens.backends.base import DeviceSource
@@ -31,8 +33,7 @@ from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLost
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.sampler import Sampler
 
-FAKE_DIR = Path(__file__).resolve().parent / "fakes" / "fake_dcgm"
-BINDING_MODULES = ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue", "dcgm_fake_engine")
+FAKE_DIR = DCGM_DOUBLE_DIR
 INTERVAL = 1.0
 UUIDS = ("GPU-0a0a0a0a-0000-0000-0000-000000000000", "GPU-1b1b1b1b-1111-1111-1111-111111111111")
 # One DCGM sample of every wanted field: ratios 0..1, byte rates in bytes/s.
@@ -53,17 +54,9 @@ SAMPLE: dict[int, float | int] = {
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """The fake DCGM modules on sys.path, with a fresh registry; yields ``dcgm_fake_engine``."""
-    monkeypatch.syspath_prepend(str(FAKE_DIR))
-    for name in BINDING_MODULES:
-        module = sys.modules.get(name)
-        if module is not None and Path(module.__file__ or "").parent != FAKE_DIR:
-            monkeypatch.delitem(sys.modules, name)
-    engine_module = importlib.import_module("dcgm_fake_engine")
-    engine_module.reset()
-    yield engine_module
-    engine_module.reset()
+def fake(fake_dcgm: ModuleType) -> ModuleType:
+    """``fakes.dcgm_hostengine`` with a fresh registry, under one set of bindings (see conftest)."""
+    return fake_dcgm
 
 
 def gpus(count: int = 2) -> list[GpuIdentity]:
@@ -102,7 +95,7 @@ def warm(backend: DcgmBackend, engine: Any, now: float, count: int = 2) -> None:
 
 def test_missing_bindings_are_one_sentence_naming_both_dcgm_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p).resolve() != FAKE_DIR])
-    for name in BINDING_MODULES:
+    for name in DCGM_BINDING_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(BackendUnavailable) as caught:
         open_dcgm_backend(None, embedded=False, interval=INTERVAL)
@@ -115,15 +108,19 @@ def test_missing_bindings_are_one_sentence_naming_both_dcgm_dirs(monkeypatch: py
 
 def test_bindings_found_in_a_dcgm_install_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p).resolve() != FAKE_DIR])
-    for name in BINDING_MODULES:
+    for name in DCGM_BINDING_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
     bindings = load_bindings(search_dirs=("/nonexistent/dcgm", str(FAKE_DIR)))
     assert Path(bindings.agent.__file__ or "").parent == FAKE_DIR
     assert str(FAKE_DIR) in sys.path
 
 
-def test_library_missing_is_reported_apart_from_bindings(fake: ModuleType) -> None:
+def test_library_missing_is_reported_apart_from_bindings(
+    fake: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     fake.REGISTRY.library_present = False
+    monkeypatch.setattr(sys.modules["dcgm_structs"], "dcgmLib", None)  # not loaded yet
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # NVIDIA's loader looks here, finds nothing
     with pytest.raises(BackendUnavailable, match="DCGM library could not be loaded") as caught:
         open_dcgm_backend(None, embedded=False, interval=INTERVAL)
     assert caught.value.reason == "library_missing"
@@ -184,11 +181,12 @@ def test_watches_at_the_sampling_interval_and_leaves_no_trace(fake: ModuleType) 
     engine = start_engine(fake)
     backend = open_dcgm_backend(None, embedded=False, interval=2.5)
     backend.attach(gpus())
-    frequencies = {freq for _, freq in engine.watches.values()}
+    frequencies = {freq for owners in engine.watches.values() for freq in owners.values()}
     assert frequencies == {2_500_000}
     assert fake.REGISTRY.calls.count("dcgmGroupCreate") == 1  # identical GPUs share one group
     backend.close()
-    assert engine.watches == {} and engine.groups == {} and engine.field_groups == {}
+    assert engine.watched(0) == engine.watched(1) == set()
+    assert engine.groups == {} and engine.field_groups == {}
     assert fake.REGISTRY.connections == {}
 
 

@@ -147,6 +147,12 @@ class SnapshotCollector(Collector):
             "label source names where they come from (gpm, dcgm, sim) or none.",
             labels=[*n.GPU_LABELS, "source"],
         )
+        mode = GaugeMetricFamily(
+            "gpu_profiling_mode",
+            "1 for how the profiling source counts: mode one_pass, or multiplexed when the SM-level "
+            "counters need several hardware passes (DCGM shared with other clients) and are estimates.",
+            labels=[*m.GPU_LABELS, "source", "mode"],
+        )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)
             ident = gpu.identity
@@ -166,7 +172,11 @@ class SnapshotCollector(Collector):
             profiling.add_metric(
                 [*labels, gpu.profiling_source or "none"], 1 if gpu.profiling_available else 0
             )
+            if gpu.profiling_source and gpu.profiling_mode:
+                mode.add_metric([*labels, gpu.profiling_source, gpu.profiling_mode], 1)
         yield from (info, up, profiling)
+        if mode.samples:  # only DCGM knows its mode: no empty family elsewhere
+            yield mode
 
         for key, name, help_text in (*RATIO_GAUGES, *PLAIN_GAUGES):
             family: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(

@@ -77,5 +77,6 @@ def fold(
         profiling_available=delivered,
         profiling_reason=choice.unavailable_reason(delivered, all_missing),
         sources=tuple(r.source for r in readings),
+        profiling_mode=next((r.profiling_mode for r in readings if r.source == choice.source), ""),
     )
     return GpuTotals(activity, ratios, increments, xids), state

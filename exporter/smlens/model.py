@@ -72,6 +72,9 @@ class Reading:
     xid_events: Mapping[int, int] = field(default_factory=dict)
     missing: Mapping[str, str] = field(default_factory=dict)
     profiling: bool = False
+    # How the profiling source counts: "one_pass", or "multiplexed" when the hardware counters are
+    # shared out over several passes (DCGM, other clients' fields included); empty when not known.
+    profiling_mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class GpuState:
     profiling_available: bool  # did that source deliver in the last tick
     profiling_reason: str  # why profiling is unavailable, empty when it is
     sources: tuple[str, ...]
+    profiling_mode: str = ""  # see Reading.profiling_mode
 
     def ratio(self, key: str) -> float | None:
         """Latest value of an activity ratio (0..1), or None when unavailable."""

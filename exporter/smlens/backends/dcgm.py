@@ -5,13 +5,21 @@ It talks to a running nv-hostengine (or, when asked, an embedded one), watches p
 that DCGM can count in one pass, and reads DCGM's latest sample once per tick. DCGM's values are
 averages over its own sample period, which smlens sets to its sampling interval; each read credits
 the latest sample to the whole time since the previous read of that GPU (see docs/dcgm.md).
+
+Lifecycle (all timed on the sampler's clock, the ``now`` of :meth:`DcgmBackend.read`): a lost or hung
+hostengine (CONNECTION_NOT_VALID, TIMEOUT) drops the session and reconnects with backoff; a watch
+DCGM refuses is retried every :data:`WATCH_RETRY_SECONDS`; every :data:`SHARING_CHECK_SECONDS` smlens
+looks at the other clients' field groups to tell whether DCGM multiplexes the profiling counters.
+smlens only ever destroys groups it made, named ``smlens-<node>-<random>-<n>``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
+import re
+import secrets
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +40,10 @@ CONNECT_TIMEOUT_MS = 1000  # DCGM's default is 5 s, too long to block a sampling
 RECONNECT_FIRST_DELAY = 1.0
 RECONNECT_MAX_DELAY = 30.0
 STALE_AFTER_INTERVALS = 3  # a sample older than this many intervals is not credited again
+WATCH_RETRY_SECONDS = 30.0  # a refused watch is tried again this long after
+SHARING_CHECK_SECONDS = 60.0  # how often to look at what other DCGM clients watch
+MAX_MULTIPLEXED_PASSES = 5  # DCGM multiplexes up to 5 metric groups (NVIDIA/DCGM tests/test_prof.py)
+NAME_PREFIX = "smlens-"
 
 # DCGM field ids (the C ABI is stable; the Python constant names changed in DCGM 4.6).
 RATIO_FIELDS: Mapping[int, str] = MappingProxyType(
@@ -57,8 +69,6 @@ BYTE_RATE_FIELDS: Mapping[int, str] = MappingProxyType(
 WANTED_FIELDS: Mapping[int, str] = MappingProxyType({**RATIO_FIELDS, **BYTE_RATE_FIELDS})
 SM_ACTIVE_FIELD = 1002
 SM_OCCUPANCY_FIELD = 1003
-
-_names = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -136,21 +146,62 @@ def plan_fields(groups: Sequence[MetricGroup]) -> FieldPlan:
     return FieldPlan(tuple(sorted(watched)), MappingProxyType(unavailable))
 
 
+def passes_needed(groups: Sequence[MetricGroup], field_ids: frozenset[int]) -> int:
+    """Hardware passes DCGM needs to count ``field_ids``: per major id, the fewest of its groups that
+    cover the fields only it offers; fields no group offers are ignored."""
+    passes = 0
+    by_major: dict[int, list[frozenset[int]]] = {}
+    for group in groups:
+        by_major.setdefault(group.major, []).append(group.field_ids)
+    for options in by_major.values():
+        wanted = field_ids & frozenset().union(*options)
+        needed = next(
+            (
+                size
+                for size in range(1, len(options) + 1)
+                if any(
+                    wanted <= frozenset().union(*choice) for choice in itertools.combinations(options, size)
+                )
+            ),
+            0,
+        )
+        passes = max(passes, needed if wanted else 0)
+    return passes
+
+
+def instance_name(node: str) -> str:
+    """``smlens-<node>-<random>``: unique per backend instance, readable in ``dcgmi group -l``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", node).strip("-")[:60] or "node"
+    return f"{NAME_PREFIX}{safe}-{secrets.token_hex(4)}"
+
+
 @dataclass
 class _Watch:
     """What smlens watches on one GPU in the current hostengine session."""
 
     gpu_id: int
     plan: FieldPlan
+    groups: tuple[MetricGroup, ...]
     last_read: float | None = None
     samples: dict[int, tuple[int, float]] = field(default_factory=dict)  # field -> (DCGM ts, seen at)
+    mode: str = ""  # "one_pass" or "multiplexed" once the sharing check ran
+
+
+@dataclass
+class _Refused:
+    """Why a GPU is not watched; ``retry_at`` None when retrying cannot help in this session."""
+
+    why: str
+    retry_at: float | None = None
 
 
 @dataclass
 class _Session:
     handle: Any
     watches: dict[str, _Watch] = field(default_factory=dict)  # by GPU uuid
-    problems: dict[str, str] = field(default_factory=dict)  # by GPU uuid: why it is not watched
+    refused: dict[str, _Refused] = field(default_factory=dict)  # by GPU uuid
+    made: list[tuple[str, Any]] = field(default_factory=list)  # ("group"|"field_group", id) we created
+    sharing_checked_at: float | None = None
 
 
 class DcgmBackend(Backend):
@@ -159,10 +210,14 @@ class DcgmBackend(Backend):
     name = "dcgm"
     provides_profiling = True
 
-    def __init__(self, bindings: DcgmBindings, address: HostengineAddress | None, interval: float) -> None:
+    def __init__(
+        self, bindings: DcgmBindings, address: HostengineAddress | None, interval: float, node: str
+    ) -> None:
         self._b = bindings
         self._address = address
         self._interval = interval
+        self._instance = instance_name(node)
+        self._names = itertools.count(1)
         self._lock = threading.Lock()
         self._session: _Session | None = None
         self._gpus: list[GpuIdentity] = []
@@ -177,6 +232,11 @@ class DcgmBackend(Backend):
         )
 
     @property
+    def instance(self) -> str:
+        """The prefix of every group and field-group name this backend creates."""
+        return self._instance
+
+    @property
     def paused(self) -> bool:
         return self._paused
 
@@ -185,8 +245,10 @@ class DcgmBackend(Backend):
     def _code(self, exc: Exception) -> int:
         return int(getattr(exc, "value", 0))
 
-    def _is_disconnect(self, exc: Exception) -> bool:
-        return self._code(exc) == int(self._b.structs.DCGM_ST_CONNECTION_NOT_VALID)
+    def _connection_lost(self, exc: Exception) -> bool:
+        """A broken connection or a hostengine that stopped answering (DCGM_ST_TIMEOUT)."""
+        structs = self._b.structs
+        return self._code(exc) in (int(structs.DCGM_ST_CONNECTION_NOT_VALID), int(structs.DCGM_ST_TIMEOUT))
 
     def _connect(self) -> Any:
         agent, structs = self._b.agent, self._b.structs
@@ -198,14 +260,29 @@ class DcgmBackend(Backend):
         params.addressIsUnixSocket = 1 if self._address.unix_socket else 0
         return agent.dcgmConnect_v2(self._address.target, params)
 
-    def _disconnect(self, handle: Any) -> None:
+    def _disconnect(self, session: _Session, tidy: bool) -> None:
+        agent = self._b.agent
         try:
+            if tidy:  # the hostengine would drop them with the connection; a live one is told at once
+                self._destroy(session.handle, session.made)
             if self._address is None:
-                self._b.agent.dcgmStopEmbedded(handle)
+                agent.dcgmStopEmbedded(session.handle)
             else:
-                self._b.agent.dcgmDisconnect(handle)
+                agent.dcgmDisconnect(session.handle)
         except self._b.structs.DCGMError as exc:
             log.debug("closing the DCGM connection failed: %s", exc)
+
+    def _destroy(self, handle: Any, made: Sequence[tuple[str, Any]]) -> None:
+        """Destroy groups and field groups this backend made, newest first; nothing else, ever."""
+        agent = self._b.agent
+        for kind, ident in reversed(made):
+            destroy = agent.dcgmFieldGroupDestroy if kind == "field_group" else agent.dcgmGroupDestroy
+            try:
+                destroy(handle, ident)
+            except self._b.structs.DCGMError as exc:
+                if self._connection_lost(exc):
+                    raise
+                log.debug("destroying DCGM %s %s failed: %s", kind, ident, exc)
 
     def connect(self) -> None:
         """Open the first session; raises :class:`BackendUnavailable` with one sentence if it fails."""
@@ -222,11 +299,16 @@ class DcgmBackend(Backend):
                     f"cannot use {self.where} ({exc}); {hint}.", reason="hostengine_unreachable"
                 ) from exc
 
-    def _drop(self, retry_at: float) -> None:
+    def _lose(self, now: float, exc: Exception | None, reconnecting: bool = False) -> BackendError:
+        """Drop the session after a connection failure and schedule the next attempt: 1 s after
+        losing a working session, then twice as long after each failed reconnect, up to 30 s."""
         if self._session is not None:
-            self._disconnect(self._session.handle)
+            self._disconnect(self._session, tidy=False)
             self._session = None
-        self._retry_at = retry_at
+        self._retry_at = now + self._retry_delay
+        if reconnecting:
+            self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX_DELAY)
+        return self._unreachable(exc)
 
     def _unreachable(self, exc: Exception | None) -> BackendError:
         detail = f" ({exc})" if exc is not None else ""
@@ -239,35 +321,26 @@ class DcgmBackend(Backend):
         if now < self._retry_at:
             raise self._unreachable(None)
         try:
-            handle = self._connect()
-        except self._b.structs.DCGMError as exc:
-            self._retry_at = now + self._retry_delay
-            self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX_DELAY)
-            raise self._unreachable(exc) from exc
-        session = _Session(handle)
-        try:
-            self._setup(session, self._gpus)
+            self._session = _Session(self._connect())
+            self._setup(self._session, self._gpus, now)
             if self._paused:
-                self._b.agent.dcgmProfPause(handle)  # a restarted hostengine forgot our pause
+                self._b.agent.dcgmProfPause(self._session.handle)  # a restarted hostengine forgot our pause
         except self._b.structs.DCGMError as exc:
-            self._disconnect(handle)
-            self._retry_at = now + self._retry_delay
-            raise self._unreachable(exc) from exc
-        self._session = session
+            raise self._lose(now, exc, reconnecting=True) from exc
         self._retry_delay = RECONNECT_FIRST_DELAY
         log.info("reconnected to %s", self.where)
-        return session
+        return self._session
 
     # -- watches ----------------------------------------------------------------------------
 
-    def _metric_groups(self, handle: Any, gpu_id: int) -> list[MetricGroup]:
+    def _metric_groups(self, handle: Any, gpu_id: int) -> tuple[MetricGroup, ...]:
         reply = self._b.agent.dcgmProfGetSupportedMetricGroups(handle, gpu_id)
         groups = []
         for i in range(int(reply.numMetricGroups)):
             raw = reply.metricGroups[i]
             ids = frozenset(int(raw.fieldIds[j]) for j in range(int(raw.numFieldIds)))
             groups.append(MetricGroup(int(raw.majorId), int(raw.minorId), ids))
-        return groups
+        return tuple(groups)
 
     def _why_no_profiling(self, exc: Exception) -> str:
         structs = self._b.structs
@@ -280,72 +353,151 @@ class DcgmBackend(Backend):
             return "DCGM profiling needs the hostengine to run as root"
         return f"DCGM cannot list profiling metrics for this GPU ({exc})"
 
-    def _setup(self, session: _Session, gpus: Sequence[GpuIdentity]) -> None:
-        """Plan and start the watches of every GPU; connection errors propagate."""
-        agent, structs = self._b.agent, self._b.structs
-        handle = session.handle
+    def _device_ids(self, handle: Any) -> dict[str, int]:
+        agent = self._b.agent
         by_uuid: dict[str, int] = {}
         for gpu_id in agent.dcgmGetAllDevices(handle):
-            uuid = agent.dcgmGetDeviceAttributes(handle, gpu_id).identifiers.uuid
-            by_uuid[uuid.decode(errors="replace").strip().lower()] = int(gpu_id)
-        planned: dict[tuple[int, ...], list[tuple[GpuIdentity, int, FieldPlan]]] = {}
+            raw = agent.dcgmGetDeviceAttributes(handle, gpu_id).identifiers.uuid
+            # NVIDIA's bindings return char arrays as str (since DCGM 2.2.6); older ones gave bytes.
+            uuid = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            by_uuid[uuid.strip().lower()] = int(gpu_id)
+        return by_uuid
+
+    def _setup(self, session: _Session, gpus: Sequence[GpuIdentity], now: float) -> None:
+        """Plan and start the watches of these GPUs; connection errors propagate."""
+        structs = self._b.structs
+        handle = session.handle
+        by_uuid = self._device_ids(handle)
+        planned: dict[tuple[int, ...], list[tuple[GpuIdentity, int, FieldPlan, tuple[MetricGroup, ...]]]] = {}
         for gpu in gpus:
+            session.refused.pop(gpu.uuid, None)
             gpu_id = by_uuid.get(gpu.uuid.strip().lower())
             if gpu_id is None:
-                session.problems[gpu.uuid] = "DCGM does not see this GPU"
+                session.refused[gpu.uuid] = _Refused("DCGM does not see this GPU")
                 continue
             try:
-                plan = plan_fields(self._metric_groups(handle, gpu_id))
+                groups = self._metric_groups(handle, gpu_id)
             except structs.DCGMError as exc:
-                if self._is_disconnect(exc):
+                if self._connection_lost(exc):
                     raise
-                session.problems[gpu.uuid] = self._why_no_profiling(exc)
+                session.refused[gpu.uuid] = _Refused(self._why_no_profiling(exc))
                 continue
+            plan = plan_fields(groups)
             if not any(f in RATIO_FIELDS for f in plan.watched):
-                session.problems[gpu.uuid] = "DCGM offers no SM-level profiling field on this GPU"
+                session.refused[gpu.uuid] = _Refused("DCGM offers no SM-level profiling field on this GPU")
                 continue
-            planned.setdefault(plan.watched, []).append((gpu, gpu_id, plan))
+            planned.setdefault(plan.watched, []).append((gpu, gpu_id, plan, groups))
         for field_ids, members in planned.items():
-            name = f"smlens-{os.getpid()}-{next(_names)}"
             try:
-                group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, name)
-                for _, gpu_id, _ in members:
-                    agent.dcgmGroupAddDevice(handle, group, gpu_id)
-                field_group = agent.dcgmFieldGroupCreate(handle, list(field_ids), name)
-                agent.dcgmWatchFields(
-                    handle,
-                    group,
-                    field_group,
-                    round(self._interval * 1_000_000),
-                    max(30.0, 4 * self._interval),
-                    0,
-                )
+                self._watch(session, field_ids, [gpu_id for _, gpu_id, _, _ in members])
             except structs.DCGMError as exc:
-                if self._is_disconnect(exc):
+                if self._connection_lost(exc):
                     raise
-                for gpu, _, _ in members:
-                    session.problems[gpu.uuid] = f"DCGM refused to watch profiling fields ({exc})"
+                for gpu, _, _, _ in members:
+                    why = f"DCGM refused to watch profiling fields ({exc})"
+                    session.refused[gpu.uuid] = _Refused(why, retry_at=now + WATCH_RETRY_SECONDS)
+                    log.warning("GPU %d: %s; trying again in %.0f s", gpu.index, why, WATCH_RETRY_SECONDS)
                 continue
-            for gpu, gpu_id, plan in members:
-                session.watches[gpu.uuid] = _Watch(gpu_id, plan)
+            for gpu, gpu_id, plan, groups in members:
+                session.watches[gpu.uuid] = _Watch(gpu_id, plan, groups)
+        self._check_sharing(session, now)
+
+    def _watch(self, session: _Session, field_ids: Sequence[int], gpu_ids: Sequence[int]) -> None:
+        """Create a group and a field group and watch them; on failure destroy what was made."""
+        agent, structs = self._b.agent, self._b.structs
+        handle = session.handle
+        name = f"{self._instance}-{next(self._names)}"
+        made: list[tuple[str, Any]] = []
+        try:
+            group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, name)
+            made.append(("group", group))
+            for gpu_id in gpu_ids:
+                agent.dcgmGroupAddDevice(handle, group, gpu_id)
+            field_group = agent.dcgmFieldGroupCreate(handle, list(field_ids), name)
+            made.append(("field_group", field_group))
+            agent.dcgmWatchFields(
+                handle,
+                group,
+                field_group,
+                round(self._interval * 1_000_000),
+                max(30.0, 4 * self._interval),
+                0,
+            )
+        except structs.DCGMError as exc:
+            if not self._connection_lost(exc):
+                self._destroy(handle, made)
+            raise
+        session.made.extend(made)
+
+    def _retry_refused(self, session: _Session, gpu: GpuIdentity, now: float) -> None:
+        refused = session.refused.get(gpu.uuid)
+        if refused is not None and refused.retry_at is not None and now >= refused.retry_at:
+            self._setup(session, [gpu], now)
+            if gpu.uuid in session.watches:
+                log.info("DCGM watches GPU %d again", gpu.index)
+
+    def _check_sharing(self, session: _Session, now: float) -> None:
+        """Tell, per GPU, whether our profiling fields plus those in other clients' field groups need
+        more than one hardware pass, in which case DCGM multiplexes them (values become estimates)."""
+        if (
+            session.sharing_checked_at is not None
+            and now - session.sharing_checked_at < SHARING_CHECK_SECONDS
+        ):
+            return
+        session.sharing_checked_at = now
+        try:
+            everything = self._b.agent.dcgmFieldGroupGetAll(session.handle)
+        except self._b.structs.DCGMError as exc:
+            if self._connection_lost(exc):
+                raise
+            log.debug("DCGM cannot list field groups: %s", exc)
+            return
+        others: set[int] = set()
+        for i in range(int(everything.numFieldGroups)):
+            info = everything.fieldGroups[i]
+            name = info.fieldGroupName
+            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            if not name.startswith(self._instance + "-"):
+                others.update(int(info.fieldIds[j]) for j in range(int(info.numFieldIds)))
+        for uuid, watch in session.watches.items():
+            passes = passes_needed(watch.groups, frozenset(watch.plan.watched) | frozenset(others))
+            mode = "multiplexed" if passes > 1 else "one_pass"
+            if mode != watch.mode and (watch.mode or mode == "multiplexed"):
+                log.warning(
+                    "DCGM GPU %d (%s): %s; %s",
+                    watch.gpu_id,
+                    uuid,
+                    f"smlens' and other clients' profiling fields need {passes} passes"
+                    if mode == "multiplexed"
+                    else "profiling fields fit in one pass again",
+                    "DCGM multiplexes them and SM-level values become estimates"
+                    if mode == "multiplexed"
+                    else "values are counted continuously",
+                )
+            watch.mode = mode
 
     # -- Backend interface ------------------------------------------------------------------
 
     def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        """GPUs DCGM cannot profile are refused; a GPU whose watch failed, or every GPU while the
+        hostengine is unreachable, is served and retried on reads."""
         with self._lock:
             self._gpus = list(gpus)
             session = self._session
             if session is None:
-                return {gpu.uuid: f"{self.where} is not connected" for gpu in gpus}
+                return {gpu.uuid: None for gpu in gpus}
             try:
-                self._setup(session, gpus)
+                self._setup(session, gpus, 0.0)
             except self._b.structs.DCGMError as exc:
-                self._drop(0.0)
-                return {gpu.uuid: f"{self.where} failed during setup ({exc})" for gpu in gpus}
+                log.warning("%s failed during setup (%s); reconnecting on the next read", self.where, exc)
+                self._lose(0.0, exc)
+                return {gpu.uuid: None for gpu in gpus}
             verdicts: dict[str, str | None] = {}
             for gpu in gpus:
                 watch = session.watches.get(gpu.uuid)
-                verdicts[gpu.uuid] = None if watch is not None else session.problems[gpu.uuid]
+                refused = session.refused.get(gpu.uuid)
+                retrying = refused is not None and refused.retry_at is not None
+                verdicts[gpu.uuid] = refused.why if refused is not None and not retrying else None
                 if watch is not None:
                     log.info(
                         "DCGM watches GPU %d as DCGM GPU %d: fields %s%s",
@@ -359,29 +511,35 @@ class DcgmBackend(Backend):
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
         with self._lock:
             session = self._session_for(now)
-            watch = session.watches.get(gpu.uuid)
-            if watch is None:
-                why = session.problems.get(gpu.uuid, "not watched")
-                raise BackendError(f"DCGM no longer serves GPU {gpu.index}: {why}.", reason="not_watched")
             try:
+                self._retry_refused(session, gpu, now)
+                self._check_sharing(session, now)
+                watch = session.watches.get(gpu.uuid)
+                if watch is None:
+                    refused = session.refused.get(gpu.uuid, _Refused("not watched"))
+                    return self._unwatched(refused)
                 values = self._b.agent.dcgmEntityGetLatestValues(
                     session.handle, self._b.fields.DCGM_FE_GPU, watch.gpu_id, list(watch.plan.watched)
                 )
             except self._b.structs.DCGMError as exc:
-                code = self._code(exc)
-                if self._is_disconnect(exc):
-                    self._drop(now + self._retry_delay)
-                    raise self._unreachable(exc) from exc
-                if code == self._b.structs.DCGM_ST_GPU_IS_LOST:
+                if self._connection_lost(exc):
+                    raise self._lose(now, exc) from exc
+                if self._code(exc) == self._b.structs.DCGM_ST_GPU_IS_LOST:
                     raise GpuLostError(f"DCGM reports GPU {gpu.index} lost.") from exc
                 raise BackendError(
                     f"DCGM read of GPU {gpu.index} failed ({exc}).", reason="dcgm_error"
                 ) from exc
             return self._reading(watch, values, now)
 
+    def _unwatched(self, refused: _Refused) -> Reading:
+        reason = "watch_failed" if refused.retry_at is not None else "not_watched"
+        return Reading(source=self.name, missing={key: reason for key in WANTED_FIELDS.values()})
+
     def close(self) -> None:
         with self._lock:
-            self._drop(0.0)
+            if self._session is not None:
+                self._disconnect(self._session, tidy=True)
+                self._session = None
 
     # -- values -----------------------------------------------------------------------------
 
@@ -457,6 +615,7 @@ class DcgmBackend(Backend):
             missing=missing,
             # Like gpm, the first read of a session only starts the interval yet counts as profiling.
             profiling=not self._paused and (bool(activity) or span <= 0),
+            profiling_mode=watch.mode,
         )
 
     # -- profiling pause --------------------------------------------------------------------
@@ -472,9 +631,8 @@ class DcgmBackend(Backend):
                 call(session.handle)
             except self._b.structs.DCGMError as exc:
                 code = self._code(exc)
-                if self._is_disconnect(exc):
-                    self._drop(0.0)
-                    raise self._unreachable(exc) from exc
+                if self._connection_lost(exc):
+                    raise self._lose(0.0, exc) from exc
                 if code == self._b.structs.DCGM_ST_NOT_SUPPORTED:
                     raise BackendError(
                         f"DCGM cannot {verb} profiling on this node ({exc}).", reason="not_supported"
@@ -491,14 +649,17 @@ class DcgmBackend(Backend):
         self._control(pause=False)
 
 
-def open_dcgm_backend(hostengine: str | None, embedded: bool, interval: float) -> DcgmBackend:
+def open_dcgm_backend(
+    hostengine: str | None, embedded: bool, interval: float, node: str | None = None
+) -> DcgmBackend:
     """Load the bindings and connect; raises :class:`BackendUnavailable` (or :class:`ConfigError`
-    for bad flags) with one sentence."""
+    for bad flags) with one sentence. ``node`` (default: this host's name) goes into the names of
+    the groups smlens creates in the hostengine."""
     if embedded and hostengine is not None:
         raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
     if not interval > 0:
         raise ConfigError(f"the sampling interval must be a positive number of seconds, got {interval!r}.")
     address = None if embedded else parse_hostengine(hostengine)
-    backend = DcgmBackend(load_bindings(), address, interval)
+    backend = DcgmBackend(load_bindings(), address, interval, node or socket.gethostname())
     backend.connect()
     return backend

@@ -1,10 +1,12 @@
-"""Test double of DCGM's ``dcgm_fields``: field types, the GPU entity group and the profiling field
-ids, with DCGM's values (names as in DCGM 3.x-4.5; 4.6 renamed some constants, not the ids)."""
+"""Test double of DCGM's ``dcgm_fields`` (written for smlens): the field types, entity groups and
+profiling field ids smlens uses, with DCGM's values (NVIDIA/DCGM ``testing/python3/dcgm_fields.py``;
+names as in DCGM 3.x to 4.5, DCGM 4.6 renamed several profiling constants but kept the ids)."""
 
 from __future__ import annotations
 
 from ctypes import c_uint32
 
+# Field types: one byte, compared with chr(fieldValue.fieldType).
 DCGM_FT_BINARY = "b"
 DCGM_FT_DOUBLE = "d"
 DCGM_FT_INT64 = "i"
@@ -13,6 +15,10 @@ DCGM_FT_TIMESTAMP = "t"
 
 DCGM_FE_NONE = 0
 DCGM_FE_GPU = 1
+DCGM_FE_VGPU = 2
+DCGM_FE_SWITCH = 3
+DCGM_FE_GPU_I = 4
+DCGM_FE_GPU_CI = 5
 
 c_dcgm_field_eid_t = c_uint32
 
@@ -32,13 +38,3 @@ DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE = 1013
 DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE = 1014
 DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE = 1015
 DCGM_FI_PROF_PIPE_INT_ACTIVE = 1016
-
-# DCGM stores the PCIe and NVLink byte rates as 64-bit integers, every other profiling field as a double.
-INT64_PROFILING_FIELDS = frozenset(
-    {
-        DCGM_FI_PROF_PCIE_TX_BYTES,
-        DCGM_FI_PROF_PCIE_RX_BYTES,
-        DCGM_FI_PROF_NVLINK_TX_BYTES,
-        DCGM_FI_PROF_NVLINK_RX_BYTES,
-    }
-)

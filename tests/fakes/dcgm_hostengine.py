@@ -1,0 +1,569 @@
+"""Fake nv-hostengines and a stub ``libdcgm`` that talks to them (test code written for smlens).
+
+``LIBDCGM`` stands where ``libdcgm.so.4`` stands for NVIDIA's Python bindings: an object whose
+attributes are C function pointers, called without ``argtypes`` exactly as NVIDIA's bindings call
+the functions of their ``CDLL``. Each entry point is a ctypes callback with the C signature of
+``dcgmlib/dcgm_agent.h`` (NVIDIA/DCGM), so what a binding passes is marshalled as it would be for the
+real library, and the stub reads and writes the caller's structures through its own layouts (those
+of the double, ``fake_dcgm/dcgm_structs.py``) and checks their ``version`` members. Both the double
+and NVIDIA's real bindings run over this one stub: the conformance tests swap only the Python layer.
+
+A test builds a :class:`FakeHostengine` with some :class:`FakeGpu`, makes it listen on an address
+(or serve as the embedded engine), then drives it: ``publish`` stores one sample of the watched
+fields, ``stop``/``start``/``restart`` take it away and bring it back with a fresh state, ``fail``
+makes the next calls of one entry point return a code (DCGM_ST_TIMEOUT from a hung hostengine...).
+
+Behaviour modelled on DCGM's source (docs/dcgm.md lists where each was checked):
+* groups, field groups and watches belong to the connection that made them and vanish when it
+  disconnects (persistAfterDisconnect=0) or the engine restarts; field-group names are unique
+  hostengine-wide (DUPLICATE_KEY) and at most 64 field groups exist (MAX_LIMIT);
+* watches are shared: a field watched by several clients is sampled once, at the fastest frequency;
+* profiling: metric groups with the same major id need separate passes; DCGM multiplexes up to
+  :data:`MAX_PASSES` of them across all clients' watches, one more fails with PROFILING_MULTI_PASS;
+* while profiling is paused DCGM stores blank values; latest values carry per-field statuses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    c_char_p,
+    c_double,
+    c_int,
+    c_longlong,
+    c_uint,
+    c_uint16,
+    c_ushort,
+    c_void_p,
+)
+from dataclasses import dataclass, field
+from typing import Any
+
+from fakes.fake_dcgm import dcgm_fields as F
+from fakes.fake_dcgm import dcgm_structs as S
+from fakes.fake_dcgm import dcgmvalue as V
+
+MetricGroups = Sequence[tuple[int, int, Sequence[int]]]  # (majorId, minorId, field ids)
+
+# Shapes of what dcgmProfGetSupportedMetricGroups returns; the grouping is illustrative.
+ONE_PASS: MetricGroups = (  # Ampere-like: the SM and pipe counters fit in one pass
+    (0, 0, (1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1014)),
+    (1, 0, (1009, 1010)),
+    (2, 0, (1011, 1012)),
+)
+MULTI_PASS: MetricGroups = (  # Volta/Turing-like: the pipes exclude SM active and each other
+    (0, 0, (1001, 1002, 1003)),
+    (0, 1, (1001, 1004, 1014)),
+    (0, 2, (1001, 1006)),
+    (0, 3, (1001, 1007)),
+    (0, 4, (1001, 1008)),
+    (0, 5, (1001, 1013)),
+    (1, 0, (1005,)),
+    (2, 0, (1009, 1010)),
+    (3, 0, (1011, 1012)),
+)
+NO_HMMA: MetricGroups = tuple(
+    (major, minor, tuple(f for f in ids if f != 1014)) for major, minor, ids in ONE_PASS
+)
+PROFILING_FIELD_IDS = range(1001, 1100)
+# DCGM stores the PCIe and NVLink byte rates as 64-bit integers, the other profiling fields as doubles.
+INT64_PROFILING_FIELDS = frozenset({1009, 1010, 1011, 1012})
+MAX_PASSES = 5  # DLG_MAX_METRIC_GROUPS, NVIDIA/DCGM testing/python3/tests/test_prof.py
+FIRST_CLOCK_US = 1_800_000_000_000_000
+
+
+class Refused(Exception):
+    """The DCGM_ST_* code an entry point returns."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def passes_needed(metric_groups: MetricGroups, field_ids: Iterable[int]) -> int | None:
+    """Fewest hardware passes that count ``field_ids`` (the most groups of one major id used);
+    None if some field is in no group. Brute force: DCGM offers at most 10 groups per GPU."""
+    wanted = set(field_ids)
+    if not wanted:
+        return 0
+    best: int | None = None
+    for size in range(1, len(metric_groups) + 1):
+        for choice in itertools.combinations(metric_groups, size):
+            if wanted <= {f for _, _, ids in choice for f in ids}:
+                majors = [major for major, _, _ in choice]
+                passes = max(majors.count(major) for major in majors)
+                best = passes if best is None else min(best, passes)
+    return best
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    metric_groups: MetricGroups = ONE_PASS
+    profiling_error: int | None = None  # DCGM_ST_* that dcgmProfGetSupportedMetricGroups returns
+    gpm: bool = False  # Hopper and newer: DCGM refuses to pause profiling
+    lost: bool = False
+
+
+@dataclass
+class Owned:
+    owner: int  # connection id
+    items: tuple[int, ...]
+    name: str = ""
+
+
+class FakeHostengine:
+    def __init__(self, gpus: Sequence[FakeGpu]) -> None:
+        self.gpus = list(gpus)
+        self.running = True
+        self.generation = 0
+        self.clock_us = FIRST_CLOCK_US
+        self.failures: dict[str, list[int]] = {}  # entry point -> codes its next calls return
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.paused = False
+        self.groups: dict[int, Owned] = {}
+        self.field_groups: dict[int, Owned] = {}
+        self.watches: dict[tuple[int, int], dict[int, int]] = {}  # (gpu, field) -> {owner: freq us}
+        self.samples: dict[tuple[int, int], tuple[int, float | int]] = {}  # (gpu, field) -> (ts, value)
+
+    def stop(self) -> None:
+        self.running = False
+        self._reset_state()
+
+    def start(self) -> None:
+        self.running = True
+        self.generation += 1
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def fail(self, entry_point: str, code: int, times: int = 1) -> None:
+        self.failures.setdefault(entry_point, []).extend([code] * times)
+
+    def watched(self, gpu_index: int) -> set[int]:
+        return {f for (g, f), owners in self.watches.items() if g == gpu_index and owners}
+
+    def update_frequency(self, gpu_index: int, field_id: int) -> int:
+        return min(self.watches[(gpu_index, field_id)].values())
+
+    def passes(self, gpu_index: int) -> int | None:
+        """Passes DCGM runs for the profiling fields all clients watch on this GPU."""
+        profiled = self.watched(gpu_index) & set(PROFILING_FIELD_IDS)
+        return passes_needed(self.gpus[gpu_index].metric_groups, profiled)
+
+    def publish(self, gpu_index: int, values: Mapping[int, float | int], step_us: int = 1_000_000) -> None:
+        """One DCGM sample of the given fields, kept only for watched ones; blank while paused."""
+        self.clock_us += step_us
+        for field_id, value in values.items():
+            if field_id not in self.watched(gpu_index):
+                continue
+            if self.paused and field_id in PROFILING_FIELD_IDS:
+                value = V.DCGM_INT64_BLANK if field_id in INT64_PROFILING_FIELDS else V.DCGM_FP64_BLANK
+            self.samples[(gpu_index, field_id)] = (self.clock_us, value)
+
+    def drop_connection(self, connection: int) -> None:
+        for table in (self.groups, self.field_groups):
+            for key in [k for k, v in table.items() if v.owner == connection]:
+                del table[key]
+        for owners in self.watches.values():
+            owners.pop(connection, None)
+
+    def check_watchable(self, gpu_index: int, field_ids: Sequence[int]) -> None:
+        gpu = self.gpus[gpu_index]
+        profiled = set(field_ids) & set(PROFILING_FIELD_IDS)
+        if not profiled:
+            return
+        if gpu.profiling_error is not None:
+            raise Refused(gpu.profiling_error)
+        passes = passes_needed(
+            gpu.metric_groups, profiled | (self.watched(gpu_index) & set(PROFILING_FIELD_IDS))
+        )
+        if passes is None:
+            raise Refused(S.DCGM_ST_PROFILING_NOT_SUPPORTED)
+        if passes > MAX_PASSES:
+            raise Refused(S.DCGM_ST_PROFILING_MULTI_PASS)
+
+
+@dataclass
+class Connection:
+    engine: FakeHostengine
+    generation: int
+    embedded: bool
+    persist: bool
+    address: str
+
+
+@dataclass
+class Registry:
+    library_present: bool = True
+    initialized: bool = False
+    engines: dict[str, FakeHostengine] = field(default_factory=dict)  # by "host:port" or "unix:path"
+    embedded: FakeHostengine | None = None
+    connections: dict[int, Connection] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)  # stub errors, which ctypes would swallow
+
+    def listen(self, engine: FakeHostengine, address: str = "localhost:5555") -> FakeHostengine:
+        self.engines[address] = engine
+        return engine
+
+
+REGISTRY = Registry()
+_ids = itertools.count(1)
+
+
+def reset() -> Registry:
+    """A fresh registry (the modules and the stub library stay loaded between tests)."""
+    global REGISTRY
+    REGISTRY = Registry()
+    return REGISTRY
+
+
+# -- the stub library ---------------------------------------------------------------------------------
+
+_MESSAGES = {
+    S.DCGM_ST_BADPARAM: "Bad parameter passed to function",
+    S.DCGM_ST_NOT_SUPPORTED: "Feature not supported",
+    S.DCGM_ST_TIMEOUT: "Timeout",
+    S.DCGM_ST_VER_MISMATCH: "API version mismatch",
+    S.DCGM_ST_GPU_IS_LOST: "GPU is unreachable",
+    S.DCGM_ST_CONNECTION_NOT_VALID: "The connection to the host engine is not valid any longer",
+    S.DCGM_ST_DUPLICATE_KEY: "Duplicate key passed to function",
+    S.DCGM_ST_PROFILING_MULTI_PASS: "The requested profiling metrics cannot be collected in a single pass",
+}
+_message_buffers: dict[int, ctypes.Array[ctypes.c_char]] = {}
+
+
+def _connection(handle: int | None) -> Connection:
+    connection = REGISTRY.connections.get(handle or 0)
+    if connection is None or not connection.engine.running:
+        raise Refused(S.DCGM_ST_CONNECTION_NOT_VALID)
+    if connection.generation != connection.engine.generation:
+        raise Refused(S.DCGM_ST_CONNECTION_NOT_VALID)
+    return connection
+
+
+def _engine(handle: int | None) -> FakeHostengine:
+    return _connection(handle).engine
+
+
+def _gpu(engine: FakeHostengine, gpu_id: int) -> FakeGpu:
+    if not 0 <= gpu_id < len(engine.gpus):
+        raise Refused(S.DCGM_ST_BADPARAM)
+    return engine.gpus[gpu_id]
+
+
+def _check_version(struct: Any, expected: int) -> None:
+    if struct.version != expected:
+        raise Refused(S.DCGM_ST_VER_MISMATCH)
+
+
+def _open(engine: FakeHostengine, out: Any, embedded: bool, persist: bool, address: str) -> None:
+    handle = next(_ids)
+    REGISTRY.connections[handle] = Connection(engine, engine.generation, embedded, persist, address)
+    out[0] = handle
+
+
+def dcgmInit() -> None:
+    REGISTRY.initialized = True
+
+
+def dcgmShutdown() -> None:
+    REGISTRY.initialized = False
+
+
+def dcgmErrorString(code: int) -> int | None:
+    text = _MESSAGES.get(code)
+    if text is None:
+        return None
+    buffer = _message_buffers.setdefault(code, ctypes.create_string_buffer(text.encode()))
+    return ctypes.addressof(buffer)
+
+
+def dcgmStartEmbedded(op_mode: int, out: Any) -> None:
+    if REGISTRY.embedded is None or op_mode not in (S.DCGM_OPERATION_MODE_AUTO, S.DCGM_OPERATION_MODE_MANUAL):
+        raise Refused(S.DCGM_ST_INIT_ERROR)
+    _open(REGISTRY.embedded, out, embedded=True, persist=False, address="embedded")
+
+
+def dcgmStopEmbedded(handle: int | None) -> None:
+    connection = _connection(handle)
+    connection.engine.drop_connection(handle or 0)
+    del REGISTRY.connections[handle or 0]
+
+
+def dcgmConnect_v2(address: bytes | None, params_ptr: Any, out: Any) -> None:
+    if not address or not params_ptr or not out:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    params = params_ptr[0]
+    _check_version(params, S.c_dcgmConnectV2Params_version2)
+    text = address.decode()
+    if params.addressIsUnixSocket:
+        key = f"unix:{text}"
+    elif text.rpartition(":")[0] and not text.endswith("]"):
+        key = text
+    else:  # DCGM's default port
+        key = f"{text}:5555"
+    engine = REGISTRY.engines.get(key)
+    if engine is None or not engine.running:
+        raise Refused(S.DCGM_ST_CONNECTION_NOT_VALID)
+    _open(engine, out, embedded=False, persist=bool(params.persistAfterDisconnect), address=key)
+
+
+def dcgmDisconnect(handle: int | None) -> None:
+    connection = REGISTRY.connections.pop(handle or 0, None)
+    if connection is None:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    if not connection.persist and connection.generation == connection.engine.generation:
+        connection.engine.drop_connection(handle or 0)
+
+
+def dcgmGetAllDevices(handle: int | None, ids: Any, count: Any) -> None:
+    engine = _engine(handle)
+    for i in range(len(engine.gpus)):
+        ids[i] = i
+    count[0] = len(engine.gpus)
+
+
+def dcgmGetDeviceAttributes(handle: int | None, gpu_id: int, attributes_ptr: Any) -> None:
+    gpu = _gpu(_engine(handle), gpu_id)
+    attributes = attributes_ptr[0]
+    _check_version(attributes, S.dcgmDeviceAttributes_version3)
+    attributes.identifiers.uuid = gpu.uuid
+
+
+def dcgmProfGetSupportedMetricGroups(handle: int | None, reply_ptr: Any) -> None:
+    reply = reply_ptr[0]
+    _check_version(reply, S.dcgmProfGetMetricGroups_version3)
+    gpu = _gpu(_engine(handle), reply.gpuId)
+    if gpu.profiling_error is not None:
+        raise Refused(gpu.profiling_error)
+    reply.numMetricGroups = len(gpu.metric_groups)
+    for i, (major, minor, ids) in enumerate(gpu.metric_groups):
+        group = reply.metricGroups[i]
+        group.majorId, group.minorId, group.numFieldIds = major, minor, len(ids)
+        for j, field_id in enumerate(ids):
+            group.fieldIds[j] = field_id
+
+
+def dcgmGroupCreate(handle: int | None, group_type: int, name: bytes | None, out: Any) -> None:
+    engine = _engine(handle)
+    if group_type != S.DCGM_GROUP_EMPTY or not name:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    if len(engine.groups) >= S.DCGM_MAX_NUM_GROUPS:
+        raise Refused(S.DCGM_ST_MAX_LIMIT)
+    group_id = next(_ids)
+    engine.groups[group_id] = Owned(handle or 0, (), name.decode())
+    out[0] = group_id
+
+
+def _owned(table: dict[int, Owned], key: int | None) -> Owned:
+    item = table.get(key or 0)
+    if item is None:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    return item
+
+
+def dcgmGroupDestroy(handle: int | None, group_id: int | None) -> None:
+    engine = _engine(handle)
+    _owned(engine.groups, group_id)
+    del engine.groups[group_id or 0]
+
+
+def dcgmGroupAddDevice(handle: int | None, group_id: int | None, gpu_id: int) -> None:
+    engine = _engine(handle)
+    _gpu(engine, gpu_id)
+    group = _owned(engine.groups, group_id)
+    group.items = (*group.items, gpu_id)
+
+
+def dcgmFieldGroupCreate(handle: int | None, count: int, ids: Any, name: bytes | None, out: Any) -> None:
+    engine = _engine(handle)
+    if count <= 0 or not name or count > S.DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    if len(engine.field_groups) >= S.DCGM_MAX_NUM_FIELD_GROUPS:
+        raise Refused(S.DCGM_ST_MAX_LIMIT)
+    text = name.decode()
+    if any(g.name == text for g in engine.field_groups.values()):
+        raise Refused(S.DCGM_ST_DUPLICATE_KEY)
+    field_group_id = next(_ids)
+    engine.field_groups[field_group_id] = Owned(handle or 0, tuple(ids[i] for i in range(count)), text)
+    out[0] = field_group_id
+
+
+def dcgmFieldGroupDestroy(handle: int | None, field_group_id: int | None) -> None:
+    engine = _engine(handle)
+    _owned(engine.field_groups, field_group_id)
+    del engine.field_groups[field_group_id or 0]
+
+
+def dcgmFieldGroupGetAll(handle: int | None, reply_ptr: Any) -> None:
+    engine = _engine(handle)
+    reply = reply_ptr[0]
+    _check_version(reply, S.dcgmAllFieldGroup_version1)
+    reply.numFieldGroups = len(engine.field_groups)
+    for i, (field_group_id, owned) in enumerate(engine.field_groups.items()):
+        info = reply.fieldGroups[i]
+        info.version = S.dcgmFieldGroupInfo_version1
+        info.fieldGroupId = field_group_id
+        info.fieldGroupName = owned.name
+        info.numFieldIds = len(owned.items)
+        for j, field_id in enumerate(owned.items):
+            info.fieldIds[j] = field_id
+
+
+def dcgmWatchFields(
+    handle: int | None, group_id: int | None, field_group_id: int | None, freq: int, age: float, samples: int
+) -> None:
+    engine = _engine(handle)
+    group = _owned(engine.groups, group_id)
+    field_group = _owned(engine.field_groups, field_group_id)
+    if freq <= 0 or age < 0 or samples < 0:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    if not group.items:
+        raise Refused(S.DCGM_ST_GROUP_IS_EMPTY)
+    for gpu_id in group.items:
+        engine.check_watchable(gpu_id, field_group.items)
+    for gpu_id in group.items:
+        for field_id in field_group.items:
+            engine.watches.setdefault((gpu_id, field_id), {})[handle or 0] = freq
+
+
+def dcgmUnwatchFields(handle: int | None, group_id: int | None, field_group_id: int | None) -> None:
+    engine = _engine(handle)
+    group = _owned(engine.groups, group_id)
+    field_group = _owned(engine.field_groups, field_group_id)
+    for gpu_id in group.items:
+        for field_id in field_group.items:
+            engine.watches.get((gpu_id, field_id), {}).pop(handle or 0, None)
+
+
+def dcgmEntityGetLatestValues(
+    handle: int | None, entity_group: int, entity_id: int, ids: Any, count: int, values: Any
+) -> None:
+    engine = _engine(handle)
+    if entity_group != F.DCGM_FE_GPU:
+        raise Refused(S.DCGM_ST_NOT_SUPPORTED)
+    if _gpu(engine, entity_id).lost:
+        raise Refused(S.DCGM_ST_GPU_IS_LOST)
+    watched = engine.watched(entity_id)
+    for i in range(count):
+        field_id = ids[i]
+        value = values[i]
+        is_int = field_id in INT64_PROFILING_FIELDS
+        value.version = S.dcgmFieldValue_version1
+        value.fieldId = field_id
+        value.fieldType = ord(F.DCGM_FT_INT64 if is_int else F.DCGM_FT_DOUBLE)
+        sample = engine.samples.get((entity_id, field_id))
+        if sample is None:  # DCGM keeps serving old samples of a field no longer watched
+            value.status = S.DCGM_ST_NO_DATA if field_id in watched else S.DCGM_ST_NOT_WATCHED
+            if is_int:
+                value.value.i64 = V.DCGM_INT64_BLANK
+            else:
+                value.value.dbl = V.DCGM_FP64_BLANK
+            continue
+        value.status = S.DCGM_ST_OK
+        value.ts = sample[0]
+        if is_int:
+            value.value.i64 = int(sample[1])
+        else:
+            value.value.dbl = float(sample[1])
+
+
+def _profiling_control(handle: int | None, paused: bool) -> None:
+    engine = _engine(handle)
+    if any(gpu.gpm for gpu in engine.gpus):
+        raise Refused(S.DCGM_ST_NOT_SUPPORTED)
+    engine.paused = paused
+
+
+def dcgmProfPause(handle: int | None) -> None:
+    _profiling_control(handle, paused=True)
+
+
+def dcgmProfResume(handle: int | None) -> None:
+    _profiling_control(handle, paused=False)
+
+
+_HANDLE = c_void_p  # dcgmHandle_t, dcgmGpuGrp_t and dcgmFieldGrp_t are uintptr_t
+_OUT_HANDLE = POINTER(c_void_p)
+# Entry point -> (Python implementation, C parameter types from dcgm_agent.h); all return dcgmReturn_t.
+_ENTRY_POINTS: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    "dcgmInit": (dcgmInit, ()),
+    "dcgmShutdown": (dcgmShutdown, ()),
+    "dcgmStartEmbedded": (dcgmStartEmbedded, (c_int, _OUT_HANDLE)),
+    "dcgmStopEmbedded": (dcgmStopEmbedded, (_HANDLE,)),
+    "dcgmConnect_v2": (dcgmConnect_v2, (c_char_p, POINTER(S.c_dcgmConnectV2Params_v2), _OUT_HANDLE)),
+    "dcgmDisconnect": (dcgmDisconnect, (_HANDLE,)),
+    "dcgmGetAllDevices": (dcgmGetAllDevices, (_HANDLE, POINTER(c_uint), POINTER(c_int))),
+    "dcgmGetDeviceAttributes": (
+        dcgmGetDeviceAttributes,
+        (_HANDLE, c_uint, POINTER(S.c_dcgmDeviceAttributes_v3)),
+    ),
+    "dcgmProfGetSupportedMetricGroups": (
+        dcgmProfGetSupportedMetricGroups,
+        (_HANDLE, POINTER(S.c_dcgmProfGetMetricGroups_v3)),
+    ),
+    "dcgmGroupCreate": (dcgmGroupCreate, (_HANDLE, c_int, c_char_p, _OUT_HANDLE)),
+    "dcgmGroupDestroy": (dcgmGroupDestroy, (_HANDLE, _HANDLE)),
+    "dcgmGroupAddDevice": (dcgmGroupAddDevice, (_HANDLE, _HANDLE, c_uint)),
+    "dcgmFieldGroupCreate": (
+        dcgmFieldGroupCreate,
+        (_HANDLE, c_int, POINTER(c_uint16), c_char_p, _OUT_HANDLE),
+    ),
+    "dcgmFieldGroupDestroy": (dcgmFieldGroupDestroy, (_HANDLE, _HANDLE)),
+    "dcgmFieldGroupGetAll": (dcgmFieldGroupGetAll, (_HANDLE, POINTER(S.c_dcgmAllFieldGroup_v1))),
+    "dcgmWatchFields": (dcgmWatchFields, (_HANDLE, _HANDLE, _HANDLE, c_longlong, c_double, c_int)),
+    "dcgmUnwatchFields": (dcgmUnwatchFields, (_HANDLE, _HANDLE, _HANDLE)),
+    "dcgmEntityGetLatestValues": (
+        dcgmEntityGetLatestValues,
+        (_HANDLE, c_uint, c_int, POINTER(c_ushort), c_uint, POINTER(S.c_dcgmFieldValue_v1)),
+    ),
+    "dcgmProfPause": (dcgmProfPause, (_HANDLE,)),
+    "dcgmProfResume": (dcgmProfResume, (_HANDLE,)),
+}
+
+
+class StubLibDcgm:
+    """The entry points as C function pointers without argtypes, like the attributes of a CDLL."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Any] = []  # kept alive: the pointers below point into them
+        for name, (implementation, parameters) in _ENTRY_POINTS.items():
+            setattr(self, name, self._export(name, implementation, parameters))
+        error_string = CFUNCTYPE(c_void_p, c_int)(dcgmErrorString)
+        self._callbacks.append(error_string)
+        self.dcgmErrorString = CFUNCTYPE(c_char_p)(ctypes.cast(error_string, c_void_p).value)
+
+    def _export(self, name: str, implementation: Callable[..., Any], parameters: tuple[Any, ...]) -> Any:
+        def entry(*args: Any) -> int:
+            REGISTRY.calls.append(name)
+            try:
+                if not REGISTRY.initialized and name != "dcgmInit":
+                    raise Refused(S.DCGM_ST_UNINITIALIZED)
+                handle = args[0] if parameters[:1] == (_HANDLE,) else None
+                connection = REGISTRY.connections.get(handle or 0)
+                failures = connection.engine.failures.get(name) if connection is not None else None
+                if failures:
+                    raise Refused(failures.pop(0))
+                implementation(*args)
+            except Refused as refused:
+                return refused.code
+            except Exception as exc:  # a bug in the stub or a caller passing nonsense: make it loud
+                REGISTRY.crashes.append(f"{name}: {exc!r}")
+                return S.DCGM_ST_GENERIC_ERROR
+            return S.DCGM_ST_OK
+
+        callback = CFUNCTYPE(c_int, *parameters)(entry)
+        self._callbacks.append(callback)
+        return CFUNCTYPE(c_int)(ctypes.cast(callback, c_void_p).value)
+
+
+LIBDCGM = StubLibDcgm()
