@@ -18,6 +18,11 @@ fi
 # Debian's packages ship systemd units; nothing here relies on them, tests start their own processes.
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# NVIDIA's DCGM Python bindings for the conformance tests: fetched (pinned, checked), never vendored.
+if [ -z "${SMLENS_DCGM_BINDINGS:-}" ]; then
+  SMLENS_DCGM_BINDINGS="$(bash scripts/fetch-dcgm-bindings.sh)"
+  export SMLENS_DCGM_BINDINGS
+fi
 
 echo "== ruff"; python3 -m ruff check exporter tests bench tools && python3 -m ruff format --check exporter tests bench tools
 echo "== mypy"; python3 -m mypy

@@ -104,6 +104,16 @@ def run_cli(
     )
 
 
+def import_dcgm_bindings(monkeypatch: pytest.MonkeyPatch, directory: Path) -> dict[str, ModuleType]:
+    """Fresh imports of the binding modules in ``directory`` (undone after the test)."""
+    monkeypatch.syspath_prepend(str(directory))
+    for name in DCGM_BINDING_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    modules = {name: importlib.import_module(name) for name in DCGM_BINDING_MODULES}
+    assert all(Path(m.__file__ or "").parent == directory for m in modules.values())
+    return modules
+
+
 def _dcgm_binding_sets() -> list[str]:
     """The double, then each directory of NVIDIA's bindings named in $SMLENS_DCGM_BINDINGS."""
     return ["double", *(f"nvidia:{d}" for d in nvidia_dcgm_binding_dirs())]
@@ -129,11 +139,7 @@ def fake_dcgm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
             f"NVIDIA's DCGM Python bindings are not here: set {DCGM_BINDINGS_ENV} to a copy of "
             "NVIDIA/DCGM testing/python3 (scripts/fetch-dcgm-bindings.sh makes one)"
         )
-    monkeypatch.syspath_prepend(str(directory))
-    for name in DCGM_BINDING_MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    structs = importlib.import_module("dcgm_structs")
-    assert Path(structs.__file__ or "").parent == directory
+    structs = import_dcgm_bindings(monkeypatch, directory)["dcgm_structs"]
     if param != "double":  # stands where libdcgm.so.4 would be loaded
         monkeypatch.setattr(structs, "dcgmLib", dcgm_hostengine.LIBDCGM)
     registry = dcgm_hostengine.reset()

@@ -15,8 +15,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from conftest import (
+    DCGM_BINDING_MODULES,
+    DCGM_BINDINGS_ENV,
+    DCGM_DOUBLE_DIR,
+    missing_dependency,
+    nvidia_dcgm_binding_dirs,
+)
 from smlens import names as n
-from conftest import DCGM_BINDING_MODULES, DCGM_DOUBLE_DIR
 from smlens.admin import profiling_router
 from smlens.backends import dcgm, gpm
 from smlens.backends.base import DeviceSource
@@ -503,3 +509,184 @@ def test_pause_through_the_admin_endpoint(fake: ModuleType) -> None:
     engine.gpus[0].gpm = True
     refused = http.post("/admin/profiling/pause", headers=auth)
     assert refused.status_code == 409 and refused.json()["reason"] == "not_supported"
+
+
+# -- conformance of the bindings ------------------------------------------------------------------
+
+
+def test_nvidia_bindings_are_available_for_the_conformance_runs() -> None:
+    """Every test above also runs through NVIDIA's bindings named in $SMLENS_DCGM_BINDINGS."""
+    dirs = nvidia_dcgm_binding_dirs()
+    if not dirs:
+        missing_dependency(
+            f"{DCGM_BINDINGS_ENV} is not set, so the DCGM tests ran only through the double; "
+            "scripts/fetch-dcgm-bindings.sh fetches NVIDIA's bindings"
+        )
+    for directory in dirs:
+        assert (Path(directory) / "dcgm_agent.py").is_file(), directory
+
+
+def test_char_arrays_come_back_as_str(fake: ModuleType) -> None:
+    bindings = load_bindings()
+    dcgm_agent, dcgm_structs = bindings.agent, bindings.structs
+
+    start_engine(fake)
+    params = dcgm_structs.c_dcgmConnectV2Params_v2()
+    handle = dcgm_agent.dcgmConnect_v2("localhost:5555", params)
+    uuid = dcgm_agent.dcgmGetDeviceAttributes(handle, 0).identifiers.uuid
+    assert isinstance(uuid, str) and uuid == UUIDS[0]
+    dcgm_agent.dcgmDisconnect(handle)
+
+
+def test_errors_are_per_code_subclasses(fake: ModuleType) -> None:
+    bindings = load_bindings()
+    dcgm_agent, dcgm_structs = bindings.agent, bindings.structs
+
+    with pytest.raises(dcgm_structs.dcgmExceptionClass(dcgm_structs.DCGM_ST_CONNECTION_NOT_VALID)) as caught:
+        dcgm_agent.dcgmConnect_v2("localhost:5599", dcgm_structs.c_dcgmConnectV2Params_v2())
+    assert type(caught.value).__name__ == "DCGMError_ConnectionNotValid"
+    assert caught.value.value == dcgm_structs.DCGM_ST_CONNECTION_NOT_VALID
+    assert isinstance(dcgm_structs.DCGMError(dcgm_structs.DCGM_ST_TIMEOUT), dcgm_structs.DCGMError_Timeout)
+
+
+# -- lifecycle --------------------------------------------------------------------------------------
+
+
+def other_client(fake: ModuleType, field_ids: Sequence[int], name: str, gpu_ids: Sequence[int] = (0,)) -> Any:
+    """Another DCGM client of the same hostengine (dcgm-exporter, say) watching ``field_ids``."""
+    bindings = load_bindings()
+    dcgm_agent, dcgm_structs = bindings.agent, bindings.structs
+
+    params = dcgm_structs.c_dcgmConnectV2Params_v2()
+    handle = dcgm_agent.dcgmConnect_v2("localhost:5555", params)
+    group = dcgm_agent.dcgmGroupCreate(handle, dcgm_structs.DCGM_GROUP_EMPTY, name)
+    for gpu_id in gpu_ids:
+        dcgm_agent.dcgmGroupAddDevice(handle, group, gpu_id)
+    field_group = dcgm_agent.dcgmFieldGroupCreate(handle, list(field_ids), name)
+    dcgm_agent.dcgmWatchFields(handle, group, field_group, 1_000_000, 3600.0, 0)
+    return handle
+
+
+def test_connects_so_that_the_hostengine_drops_our_groups(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    attached(fake, engine)
+    (connection,) = fake.REGISTRY.connections.values()
+    assert not connection.persist  # persistAfterDisconnect=0 in dcgmConnectV2Params_v2
+
+
+def test_timeout_reconnects_like_a_lost_connection(fake: ModuleType) -> None:
+    import dcgm_structs
+
+    engine = start_engine(fake)
+    backend = attached(fake, engine)
+    warm(backend, engine, now=10.0)
+    engine.fail("dcgmEntityGetLatestValues", dcgm_structs.DCGM_ST_TIMEOUT)  # a hung hostengine
+    with pytest.raises(BackendError) as caught:
+        backend.read(gpus()[0], now=11.0)
+    assert caught.value.reason == "hostengine_unreachable"
+    assert fake.REGISTRY.calls.count("dcgmDisconnect") == 1  # the hung session is given up
+    with pytest.raises(BackendError):
+        backend.read(gpus()[0], now=11.5)  # backoff: not before 1 s
+    assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 1
+    backend.read(gpus()[0], now=12.0)
+    assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 2
+    assert len(fake.REGISTRY.connections) == 1 and engine.watched(0) == set(dcgm.WANTED_FIELDS)
+
+
+def test_names_are_unique_per_instance_and_carry_the_node(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    first = open_dcgm_backend(None, embedded=False, interval=INTERVAL, node="node-a.example")
+    second = open_dcgm_backend(None, embedded=False, interval=INTERVAL, node="node-a.example")
+    assert first.attach(gpus()) == second.attach(gpus()) == {uuid: None for uuid in UUIDS}
+    names = [g.name for g in engine.field_groups.values()]
+    assert len(names) == len(set(names)) == 2
+    assert all(name.startswith("smlens-node-a.example-") for name in names)
+    assert first.instance != second.instance
+    first.close()
+    assert [g.name for g in engine.field_groups.values()] == [
+        n for n in names if n.startswith(second.instance)
+    ]
+    assert engine.watched(0) == set(dcgm.WANTED_FIELDS)  # shared watches: the second one still holds them
+
+
+def test_never_touches_groups_it_did_not_make(fake: ModuleType) -> None:
+    engine = start_engine(fake)
+    other_client(fake, [1002, 1003], "dcgm-exporter-fields")
+    others = dict(engine.field_groups), dict(engine.groups)
+    backend = attached(fake, engine)
+    backend.close()
+    assert (engine.field_groups, engine.groups) == others
+    assert engine.watched(0) == {1002, 1003}
+
+
+def test_a_refused_watch_is_cleaned_up_and_retried(fake: ModuleType) -> None:
+    import dcgm_structs
+
+    engine = start_engine(fake)
+    engine.fail("dcgmWatchFields", dcgm_structs.DCGM_ST_MAX_LIMIT)
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    assert backend.attach(gpus()) == {uuid: None for uuid in UUIDS}  # served: retried on reads
+    assert engine.groups == {} and engine.field_groups == {}  # the partial set-up is gone
+    reading = backend.read(gpus()[0], now=10.0)
+    assert reading.activity == {} and set(reading.missing.values()) == {"watch_failed"}
+    assert not reading.profiling
+    backend.read(gpus()[0], now=10.0 + dcgm.WATCH_RETRY_SECONDS - 1)
+    assert engine.watched(0) == set()
+    backend.read(gpus()[0], now=10.0 + dcgm.WATCH_RETRY_SECONDS)
+    assert engine.watched(0) == set(dcgm.WANTED_FIELDS)
+    assert len(engine.groups) == len(engine.field_groups) == 1
+
+
+def test_a_failed_field_group_leaves_no_group_behind(fake: ModuleType) -> None:
+    import dcgm_structs
+
+    engine = start_engine(fake)
+    engine.fail("dcgmFieldGroupCreate", dcgm_structs.DCGM_ST_DUPLICATE_KEY)
+    backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
+    backend.attach(gpus())
+    assert engine.groups == {} and fake.REGISTRY.calls.count("dcgmGroupDestroy") == 1
+
+
+# -- sharing the hostengine -------------------------------------------------------------------------
+
+
+def test_the_double_multiplexes_up_to_five_passes_across_clients(fake: ModuleType) -> None:
+    import dcgm_structs
+
+    engine = start_engine(fake, fake.FakeGpu(UUIDS[0], fake.MULTI_PASS))
+    other_client(fake, [1002, 1003], "a")
+    for i, field_id in enumerate((1004, 1006, 1007, 1008), start=2):
+        other_client(fake, [field_id], f"b{i}")
+        assert engine.passes(0) == i
+    with pytest.raises(dcgm_structs.dcgmExceptionClass(dcgm_structs.DCGM_ST_PROFILING_MULTI_PASS)):
+        other_client(fake, [1013], "c")
+
+
+def test_another_clients_fields_that_force_multiplexing_are_noticed(
+    fake: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = start_engine(fake, fake.FakeGpu(UUIDS[0], fake.MULTI_PASS))
+    backend = attached(fake, engine, count=1)
+    warm(backend, engine, now=10.0, count=1)
+    publish_all(engine)
+    assert backend.read(gpus(1)[0], now=11.0).profiling_mode == "one_pass"
+    other_client(fake, [1002, 1004], "dcgm-exporter")  # tensor active: another pass on this GPU
+    assert engine.passes(0) == 2
+    publish_all(engine)
+    assert backend.read(gpus(1)[0], now=12.0).profiling_mode == "one_pass"  # not checked again yet
+    publish_all(engine)
+    reading = backend.read(gpus(1)[0], now=11.0 + dcgm.SHARING_CHECK_SECONDS)
+    assert reading.profiling_mode == "multiplexed" and reading.activity
+    assert "need 2 passes" in caplog.text and "multiplexes" in caplog.text
+
+
+def test_plan_passes() -> None:
+    groups = [
+        MetricGroup(0, 0, frozenset({1001, 1002, 1003})),
+        MetricGroup(0, 1, frozenset({1001, 1004})),
+        MetricGroup(1, 0, frozenset({1005})),
+    ]
+    assert dcgm.passes_needed(groups, frozenset({1002, 1003, 1005})) == 1
+    assert dcgm.passes_needed(groups, frozenset({1001})) == 1
+    assert dcgm.passes_needed(groups, frozenset({1002, 1004})) == 2
+    assert dcgm.passes_needed(groups, frozenset({155})) == 0  # not a profiling field here

@@ -189,10 +189,11 @@ class _Watch:
 
 @dataclass
 class _Refused:
-    """Why a GPU is not watched; ``retry_at`` None when retrying cannot help in this session."""
+    """Why a GPU is not watched, and whether trying again may help (then when, once known)."""
 
     why: str
-    retry_at: float | None = None
+    retryable: bool = False
+    retry_at: float | None = None  # on the sampler's clock; set by the first read after a refusal
 
 
 @dataclass
@@ -363,8 +364,9 @@ class DcgmBackend(Backend):
             by_uuid[uuid.strip().lower()] = int(gpu_id)
         return by_uuid
 
-    def _setup(self, session: _Session, gpus: Sequence[GpuIdentity], now: float) -> None:
-        """Plan and start the watches of these GPUs; connection errors propagate."""
+    def _setup(self, session: _Session, gpus: Sequence[GpuIdentity], now: float | None) -> None:
+        """Plan and start the watches of these GPUs; connection errors propagate. ``now`` is None
+        outside reads (attach), where the sampler's clock is not known."""
         structs = self._b.structs
         handle = session.handle
         by_uuid = self._device_ids(handle)
@@ -395,7 +397,8 @@ class DcgmBackend(Backend):
                     raise
                 for gpu, _, _, _ in members:
                     why = f"DCGM refused to watch profiling fields ({exc})"
-                    session.refused[gpu.uuid] = _Refused(why, retry_at=now + WATCH_RETRY_SECONDS)
+                    retry_at = None if now is None else now + WATCH_RETRY_SECONDS
+                    session.refused[gpu.uuid] = _Refused(why, retryable=True, retry_at=retry_at)
                     log.warning("GPU %d: %s; trying again in %.0f s", gpu.index, why, WATCH_RETRY_SECONDS)
                 continue
             for gpu, gpu_id, plan, groups in members:
@@ -431,18 +434,20 @@ class DcgmBackend(Backend):
 
     def _retry_refused(self, session: _Session, gpu: GpuIdentity, now: float) -> None:
         refused = session.refused.get(gpu.uuid)
-        if refused is not None and refused.retry_at is not None and now >= refused.retry_at:
+        if refused is None or not refused.retryable:
+            return
+        if refused.retry_at is None:
+            refused.retry_at = now + WATCH_RETRY_SECONDS
+        elif now >= refused.retry_at:
             self._setup(session, [gpu], now)
             if gpu.uuid in session.watches:
                 log.info("DCGM watches GPU %d again", gpu.index)
 
-    def _check_sharing(self, session: _Session, now: float) -> None:
+    def _check_sharing(self, session: _Session, now: float | None) -> None:
         """Tell, per GPU, whether our profiling fields plus those in other clients' field groups need
         more than one hardware pass, in which case DCGM multiplexes them (values become estimates)."""
-        if (
-            session.sharing_checked_at is not None
-            and now - session.sharing_checked_at < SHARING_CHECK_SECONDS
-        ):
+        last = session.sharing_checked_at
+        if now is not None and last is not None and now - last < SHARING_CHECK_SECONDS:
             return
         session.sharing_checked_at = now
         try:
@@ -487,7 +492,7 @@ class DcgmBackend(Backend):
             if session is None:
                 return {gpu.uuid: None for gpu in gpus}
             try:
-                self._setup(session, gpus, 0.0)
+                self._setup(session, gpus, None)
             except self._b.structs.DCGMError as exc:
                 log.warning("%s failed during setup (%s); reconnecting on the next read", self.where, exc)
                 self._lose(0.0, exc)
@@ -496,8 +501,8 @@ class DcgmBackend(Backend):
             for gpu in gpus:
                 watch = session.watches.get(gpu.uuid)
                 refused = session.refused.get(gpu.uuid)
-                retrying = refused is not None and refused.retry_at is not None
-                verdicts[gpu.uuid] = refused.why if refused is not None and not retrying else None
+                refused_for_good = refused is not None and not refused.retryable
+                verdicts[gpu.uuid] = refused.why if refused is not None and refused_for_good else None
                 if watch is not None:
                     log.info(
                         "DCGM watches GPU %d as DCGM GPU %d: fields %s%s",
@@ -532,7 +537,7 @@ class DcgmBackend(Backend):
             return self._reading(watch, values, now)
 
     def _unwatched(self, refused: _Refused) -> Reading:
-        reason = "watch_failed" if refused.retry_at is not None else "not_watched"
+        reason = "watch_failed" if refused.retryable else "not_watched"
         return Reading(source=self.name, missing={key: reason for key in WANTED_FIELDS.values()})
 
     def close(self) -> None:

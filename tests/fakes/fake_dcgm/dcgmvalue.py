@@ -5,7 +5,6 @@ value, per type, and the tests for them; values as in NVIDIA/DCGM ``testing/pyth
 
 from __future__ import annotations
 
-DCGM_INT8_BLANK = 0x70
 DCGM_INT32_BLANK = 0x7FFFFFF0
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 DCGM_FP64_BLANK = 140737488355328.0  # 2 ** 47
@@ -25,10 +24,6 @@ DCGM_INT32_NOT_PERMISSIONED = DCGM_INT32_BLANK + 3
 DCGM_INT64_NOT_PERMISSIONED = DCGM_INT64_BLANK + 3
 DCGM_FP64_NOT_PERMISSIONED = DCGM_FP64_BLANK + 3.0
 DCGM_STR_NOT_PERMISSIONED = "<<<NOT_PERM>>>"
-
-
-def DCGM_INT8_IS_BLANK(val: int) -> bool:
-    return val >= DCGM_INT8_BLANK
 
 
 def DCGM_INT32_IS_BLANK(val: int) -> bool:
