@@ -9,11 +9,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from smlens.backends.sim import Scenario, SimBackend
+import pytest
+
+from smlens.backends.sim import Scenario, SimBackend, load_scenario
 from smlens.exposition import Exposition
 from smlens.sampler import Sampler
 
-GOLDEN = Path(__file__).parent / "golden" / "sim_8gpu.prom"
+GOLDEN_DIR = Path(__file__).parent / "golden"
+# The steady 8-GPU node, and a node with unreadable values: a GPU without profiling, one without
+# power, one lost after 2 s (absent series must stay absent, never turn into zeros).
+SCENARIOS = {
+    "sim_8gpu.prom": lambda: Scenario.steady(8),
+    "sim_unreadable.prom": lambda: load_scenario(
+        Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
+    ),
+}
 VOLATILE = (
     "smlens_build_info{",
     "smlens_tick_duration_seconds ",
@@ -23,10 +33,10 @@ VOLATILE = (
 )
 
 
-def render() -> str:
+def render(scenario: Scenario) -> str:
     now = [0.0]
     sampler = Sampler(
-        SimBackend(Scenario.steady(8), seed=42),
+        SimBackend(scenario, seed=42),
         [],
         hostname="golden-node",
         interval=1.0,
@@ -46,9 +56,10 @@ def render() -> str:
     )
 
 
-def test_exposition_matches_golden_file() -> None:
-    rendered = render()
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_exposition_matches_golden_file(name: str) -> None:
+    rendered = render(SCENARIOS[name]())
+    golden = GOLDEN_DIR / name
     if os.environ.get("SMLENS_UPDATE_GOLDEN") == "1":
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(rendered)
-    assert rendered == GOLDEN.read_text()
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()

@@ -18,7 +18,7 @@ from typing import Any
 
 from smlens import names as n
 from smlens.backends.base import DeviceSource
-from smlens.errors import ConfigError
+from smlens.errors import ConfigError, GpuLostError
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.yamlfile import read_yaml
 
@@ -102,10 +102,53 @@ DEFAULT_LAYOUT = (
 )
 
 
+# ``unreadable:`` in a scenario entry or phase names values the simulated GPU cannot deliver: keys
+# of the model (power_watts, sm_active, ...), "profiling" for every SM-level key (a GPU without
+# profiling) or "gpu" for a GPU that is lost. They are reported missing, never as 0.
+UNREADABLE_ALL_PROFILING = "profiling"
+UNREADABLE_GPU = "gpu"
+UNREADABLE_KEYS = frozenset(
+    {
+        *n.ACTIVITIES,
+        n.MEMORY_USED_BYTES,
+        n.MEMORY_TOTAL_BYTES,
+        n.POWER_WATTS,
+        n.POWER_LIMIT_WATTS,
+        n.TEMPERATURE_CELSIUS,
+        n.MEMORY_TEMPERATURE_CELSIUS,
+        n.SM_CLOCK_HERTZ,
+        n.MEMORY_CLOCK_HERTZ,
+        n.SM_CLOCK_MAX_HERTZ,
+        n.ENERGY_JOULES,
+        n.ECC_CORRECTED,
+        n.ECC_UNCORRECTED,
+        n.PCIE_REPLAYS,
+        n.PCIE_TX_BYTES,
+        n.PCIE_RX_BYTES,
+        n.NVLINK_TX_BYTES,
+        n.NVLINK_RX_BYTES,
+        UNREADABLE_ALL_PROFILING,
+        UNREADABLE_GPU,
+    }
+)
+
+
 @dataclass(frozen=True)
 class Phase:
     profile: Profile
     seconds: float  # how long the phase lasts before the next; phases loop
+    unreadable: frozenset[str] = frozenset()
+
+
+def _unreadable(raw: Any, where: str) -> frozenset[str]:
+    keys = raw.get("unreadable", []) if isinstance(raw, dict) else []
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(f"{where}: 'unreadable' must be a list of value names.")
+    unknown = sorted(set(keys) - UNREADABLE_KEYS)
+    if unknown:
+        known = ", ".join(sorted(UNREADABLE_KEYS))
+        raise ConfigError(f"{where}: cannot make {', '.join(unknown)} unreadable; known: {known}.")
+    return frozenset(keys)
 
 
 @dataclass(frozen=True)
@@ -129,7 +172,7 @@ def _profile(raw: Any, where: str) -> Profile:
     base_name = raw.get("profile", "idle")
     if not isinstance(base_name, str) or base_name not in PROFILES:
         raise ConfigError(f"{where}: unknown profile {base_name!r}; known: {', '.join(PROFILES)}.")
-    overrides = {k: v for k, v in raw.items() if k not in ("profile", "seconds")}
+    overrides = {k: v for k, v in raw.items() if k not in ("profile", "seconds", "unreadable")}
     fields = {f.name for f in dataclasses.fields(Profile)}
     for key, value in overrides.items():
         if key not in fields:
@@ -178,10 +221,11 @@ def load_scenario(path: Path) -> Scenario:
                     raise ConfigError(
                         f"{where}.phases[{j}]: 'seconds' must be a positive number, got {seconds!r}."
                     )
-                built.append(Phase(_profile(phase, f"{where}.phases[{j}]"), float(seconds)))
+                here = f"{where}.phases[{j}]"
+                built.append(Phase(_profile(phase, here), float(seconds), _unreadable(phase, here)))
             gpus.append(tuple(built))
         else:
-            gpus.append((Phase(_profile(entry, where), 0.0),))
+            gpus.append((Phase(_profile(entry, where), 0.0, _unreadable(entry, where)),))
     return Scenario(tuple(gpus))
 
 
@@ -222,15 +266,18 @@ class SimBackend(DeviceSource):
         return {gpu.uuid: None for gpu in gpus}
 
     def profile_at(self, index: int, elapsed: float) -> Profile:
+        return self.phase_at(index, elapsed).profile
+
+    def phase_at(self, index: int, elapsed: float) -> Phase:
         phases = self._scenario.gpus[index]
         if len(phases) == 1:
-            return phases[0].profile
+            return phases[0]
         position = elapsed % sum(p.seconds for p in phases)
         for phase in phases:
             if position < phase.seconds:
-                return phase.profile
+                return phase
             position -= phase.seconds
-        return phases[-1].profile
+        return phases[-1]
 
     def _noisy(self, rng: random.Random, value: float) -> float:
         if value == 0.0:
@@ -243,7 +290,10 @@ class SimBackend(DeviceSource):
         if self._start is None:
             self._start = now
         rng = self._rng[gpu.index]
-        profile = self.profile_at(gpu.index, now - self._start)
+        phase = self.phase_at(gpu.index, now - self._start)
+        if UNREADABLE_GPU in phase.unreadable:
+            raise GpuLostError(f"simulated GPU {gpu.index} is lost (scenario).")
+        profile = phase.profile
         last = self._last.get(gpu.index)
         self._last[gpu.index] = now
         dt = 0.0 if last is None else max(now - last, 0.0)
@@ -264,7 +314,7 @@ class SimBackend(DeviceSource):
         power = 75.0 + (SIM_POWER_LIMIT_WATTS - 75.0) * (0.25 * busy + 0.75 * noisy[n.SM_ACTIVE]) * 0.9
         self._energy[gpu.index] += power * dt
         clock = SIM_MAX_SM_CLOCK_HERTZ if busy > 0 else 345e6
-        return Reading(
+        reading = Reading(
             source=self.name,
             gauges={
                 n.MEMORY_USED_BYTES: round(profile.memory_used_ratio * SIM_MEMORY_BYTES),
@@ -293,3 +343,20 @@ class SimBackend(DeviceSource):
             clock_events={"gpu_idle": busy == 0.0, "sw_power_cap": False, "hw_thermal_slowdown": False},
             profiling=True,
         )
+        return _without(reading, phase.unreadable) if phase.unreadable else reading
+
+
+def _without(reading: Reading, unreadable: frozenset[str]) -> Reading:
+    """The reading with the unreadable keys moved to ``missing`` (reason not_supported)."""
+    keys = set(unreadable) - {UNREADABLE_ALL_PROFILING}
+    if UNREADABLE_ALL_PROFILING in unreadable:
+        keys |= set(n.PROFILING_ACTIVITIES)
+    return dataclasses.replace(
+        reading,
+        gauges={k: v for k, v in reading.gauges.items() if k not in keys},
+        activity={k: v for k, v in reading.activity.items() if k not in keys},
+        totals={k: v for k, v in reading.totals.items() if k not in keys},
+        increments={k: v for k, v in reading.increments.items() if k not in keys},
+        missing=dict.fromkeys(sorted(keys), "not_supported"),
+        profiling=not keys & set(n.PROFILING_ACTIVITIES),
+    )

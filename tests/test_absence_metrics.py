@@ -1,0 +1,151 @@
+"""The absence contract where users meet it: a value smlens cannot read has no series at /metrics
+(text 0.0.4 and OpenMetrics), never 0 and never NaN. Scraped over HTTP from the real app, for a GPU
+without profiling, a GPU whose power draw is not readable, a GPU lost mid-run (tests/fixtures/
+scenarios/unreadable.yaml) and a DCGM blank value (through the DCGM bindings and the stub libdcgm)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from smlens import model as m
+from smlens import thresholds
+from smlens.app import Publisher, create_app
+from smlens.backends.base import DeviceSource
+from smlens.backends.dcgm import open_dcgm_backend
+from smlens.backends.sim import SimBackend, load_scenario
+from smlens.collector import PLAIN_GAUGES, RATIO_GAUGES
+from smlens.model import Activity, GpuIdentity, Reading, Snapshot
+from smlens.sampler import Sampler
+
+SCENARIO = Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+PROFILING_GAUGES = [name for key, name, _ in RATIO_GAUGES if key in m.PROFILING_ACTIVITIES]
+PROFILING_COUNTERS = [
+    "gpu_sm_active_seconds_total",
+    "gpu_profiled_seconds_total",
+    "gpu_tensor_active_seconds_total",
+]
+ALL_GAUGES = [name for _, name, _ in (*RATIO_GAUGES, *PLAIN_GAUGES)]
+
+Series = dict[tuple[str, str], float]  # (sample name, gpu label) -> value
+
+
+def scrape(snapshot: Snapshot, accept: str) -> Series:
+    publisher = Publisher()
+    publisher.publish(snapshot)
+    response = TestClient(create_app(publisher, thresholds.load(), lambda: True)).get(
+        "/metrics", headers={"Accept": accept}
+    )
+    assert response.status_code == 200
+    openmetrics = accept.startswith("application/openmetrics-text")
+    assert response.headers["content-type"].startswith(
+        "application/openmetrics-text" if openmetrics else "text/plain; version=0.0.4"
+    )
+    parse = parse_openmetrics if openmetrics else parse_text
+    series: Series = {}
+    for family in parse(response.text):
+        for sample in family.samples:
+            assert not math.isnan(sample.value), f"{sample.name}{sample.labels} is NaN"
+            if "gpu" in sample.labels:
+                series[(sample.name, sample.labels["gpu"])] = sample.value
+    return series
+
+
+def sim_snapshots(ticks: int) -> list[Snapshot]:
+    now = [0.0]
+    sampler = Sampler(SimBackend(load_scenario(SCENARIO), seed=7), [], "node-a", 1.0, clock=lambda: now[0])
+    sampler.open()
+    snapshots = []
+    for tick in range(ticks):
+        now[0] = float(tick)
+        snapshots.append(sampler.tick())
+    return snapshots
+
+
+@pytest.fixture(params=["text/plain", OPENMETRICS], ids=["text", "openmetrics"])
+def accept(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def absent(series: Series, gpu: str, names: Sequence[str]) -> list[str]:
+    """The names that DO have a series for this GPU (so: an empty list when all are absent)."""
+    return [name for name in names if (name, gpu) in series]
+
+
+def test_gpu_without_profiling_has_no_sm_level_series(accept: str) -> None:
+    series = scrape(sim_snapshots(4)[-1], accept)
+    assert absent(series, "1", PROFILING_GAUGES + PROFILING_COUNTERS) == []
+    assert absent(series, "0", PROFILING_GAUGES + PROFILING_COUNTERS) == PROFILING_GAUGES + PROFILING_COUNTERS
+    assert series[("gpu_profiling_available", "1")] == 0
+    assert series[("gpu_utilization_ratio", "1")] > 0.9  # what NVML-level data there is stays
+
+
+def test_power_not_supported_has_no_power_series(accept: str) -> None:
+    series = scrape(sim_snapshots(4)[-1], accept)
+    assert absent(series, "2", ["gpu_power_watts"]) == []
+    assert ("gpu_power_watts", "0") in series
+    assert series[("gpu_sm_active_ratio", "2")] > 0.9  # the rest of that GPU is there
+    assert ("gpu_power_limit_watts", "2") in series
+
+
+def test_gpu_lost_mid_run_drops_its_gauges(accept: str) -> None:
+    before, after = sim_snapshots(4)[1], sim_snapshots(4)[-1]
+    assert absent(scrape(before, accept), "3", ALL_GAUGES) == ALL_GAUGES
+    series = scrape(after, accept)
+    assert series[("gpu_up", "3")] == 0
+    assert absent(series, "3", ALL_GAUGES) == []
+    assert series[("gpu_up", "0")] == 1
+
+
+class NvmlLike(DeviceSource):
+    """Stands in for the nvml device source: identities and utilization, no profiling."""
+
+    name = "node"
+
+    def __init__(self, identities: Sequence[GpuIdentity]) -> None:
+        self.identities = list(identities)
+
+    def discover(self) -> list[GpuIdentity]:
+        return self.identities
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {gpu.uuid: None for gpu in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return Reading(
+            source=self.name, activity={m.UTILIZATION: Activity.of(1.0, 1.0)}, gauges={m.POWER_WATTS: 300}
+        )
+
+
+def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> None:
+    import dcgmvalue
+
+    uuid = "GPU-0a0a0a0a-0000-0000-0000-000000000000"
+    engine = fake_dcgm.FakeHostengine([fake_dcgm.FakeGpu(uuid)])
+    fake_dcgm.REGISTRY.listen(engine)
+    backend = open_dcgm_backend(None, embedded=False, interval=1.0)
+    now = [0.0]
+    sampler = Sampler(
+        NvmlLike([GpuIdentity(0, uuid, "NVIDIA A100")]), [backend], "node-a", 1.0, clock=lambda: now[0]
+    )
+    sampler.open()
+    sample = {1002: 0.5, 1003: 0.25, 1004: 0.125, 1005: 0.5, 1009: 1000, 1010: 1000}
+    for tick in range(2):
+        engine.publish(0, sample)
+        now[0] = float(tick)
+        snapshot = sampler.tick()
+    assert scrape(snapshot, accept)[("gpu_sm_active_ratio", "0")] == 0.5
+    engine.publish(0, {**sample, 1002: dcgmvalue.DCGM_FP64_BLANK, 1003: dcgmvalue.DCGM_FP64_NOT_SUPPORTED})
+    now[0] = 2.0
+    series = scrape(sampler.tick(), accept)
+    assert absent(series, "0", ["gpu_sm_active_ratio", "gpu_sm_occupancy_ratio"]) == []
+    assert series[("gpu_tensor_active_ratio", "0")] == 0.125
+    assert series[("gpu_profiling_mode", "0")] == 1  # DCGM says how it counts: one_pass here
