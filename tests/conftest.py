@@ -25,6 +25,23 @@ DCGM_BINDINGS_ENV = "SMLENS_DCGM_BINDINGS"
 DCGM_BINDING_MODULES = ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue")
 
 
+# Under CI=true only GPU-only tests may skip; their reasons start with this tag. Any other skip,
+# from a helper here or a plugin's importorskip, turns into a failure (pytest_runtest_makereport).
+GPU_ONLY = "[GPU] "
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        if not reason.removeprefix("Skipped: ").startswith(GPU_ONLY):
+            report.outcome = "failed"
+            report.longrepr = f"skipped under CI=true, where only GPU-only tests may skip: {reason}"
+
+
 def missing_dependency(message: str) -> None:
     """A test dependency is absent: fail under CI (the test command installs it), skip elsewhere."""
     if IN_CI:
@@ -39,6 +56,15 @@ def require_tool(name: str) -> str:
         missing_dependency(f"{name} is not installed (the README's test command installs it)")
     assert path is not None
     return path
+
+
+def require_module(name: str) -> ModuleType:
+    """Import a test dependency; fails under CI (the test command installs it), skips elsewhere."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing_dependency(f"Python module {name} is not installed ({exc}); pip install -e '.[test]'")
+        raise
 
 
 def free_port() -> int:

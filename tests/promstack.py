@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
-from conftest import IN_CI, REPO, free_port, wait_ready
+from conftest import REPO, free_port, missing_dependency, wait_ready
 
 # Debian installs Alertmanager as prometheus-alertmanager.
 ALERTMANAGER_NAMES = ("alertmanager", "prometheus-alertmanager")
@@ -37,10 +36,8 @@ def require_any(*names: str) -> str:
         path = shutil.which(name)
         if path is not None:
             return path
-    message = f"{' or '.join(names)} is not installed (the README's test command installs it)"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    missing_dependency(f"{' or '.join(names)} is not installed (the README's test command installs it)")
+    raise AssertionError("unreachable")
 
 
 def generate_rules(directory: Path, overrides: Mapping[str, Any]) -> list[Path]:

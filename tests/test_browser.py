@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-import pytest
-
-from conftest import ExporterFactory, require_tool
+from conftest import ExporterFactory, require_module, require_tool
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 def test_landing_page_links_lead_to_live_data(start_exporter: ExporterFactory, tmp_path: Path) -> None:
     chromium = require_tool("chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api: Any = require_module("playwright.sync_api")
     base = start_exporter("--backend", "sim", "--interval", "0.5", "--hostname", "browser-node")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import IN_CI, REPO, free_port, wait_ready
+from conftest import REPO, free_port, missing_dependency, wait_ready
 from helm_support import render
 from smlens.backends.dcgm_bindings import BINDING_DIRS
 from smlens.config import DEFAULT_PORT
@@ -173,10 +173,7 @@ def require_pypi() -> None:
     try:
         socket.create_connection(("pypi.org", 443), timeout=5).close()
     except OSError as exc:
-        message = f"PyPI is not reachable ({exc}); the image's pip steps cannot be tried"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_dependency(f"PyPI is not reachable ({exc}); the image's pip steps cannot be tried")
 
 
 def pins() -> dict[str, str]:

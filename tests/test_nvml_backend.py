@@ -8,6 +8,7 @@ import sys
 import pynvml
 import pytest
 
+from conftest import GPU_ONLY
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
 from smlens.backends.nvml import NvmlBackend, open_nvml_backends
@@ -110,7 +111,7 @@ def test_real_pynvml_without_driver_gives_the_clear_sentence(monkeypatch: pytest
     except OSError:
         pass
     else:
-        pytest.skip("this machine has an NVIDIA driver, so NVML does start here")
+        pytest.skip(GPU_ONLY + "this machine has an NVIDIA driver, so NVML does start here")
     monkeypatch.setitem(sys.modules, "pynvml", pynvml)
     with pytest.raises(BackendUnavailable, match=r"^NVML library libnvidia-ml\.so\.1 not found: no NVIDIA"):
         NvmlBackend(NvmlSession()).discover()

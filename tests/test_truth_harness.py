@@ -21,6 +21,8 @@ from bench.truth.exporter import REPO, Exporter, smlens_env
 from bench.truth.harness import Timing, _measure
 from bench.truth.workloads import Running, Workload, rate
 
+from conftest import GPU_ONLY
+
 HAS_GPU = shutil.which("nvidia-smi") is not None and importlib.util.find_spec("cupy") is not None
 # The simulated node's GPUs have 132 SMs of 64 warps (smlens.backends.sim).
 SIM_LIMITS = DeviceLimits("sim", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, None)
@@ -95,7 +97,7 @@ def truth(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(HAS_GPU, reason="this host has a GPU: the harness would run for real")
+@pytest.mark.skipif(HAS_GPU, reason=GPU_ONLY + "this host has a GPU: the harness would run for real")
 def test_without_a_gpu_it_says_so_in_one_sentence(tmp_path: Path) -> None:
     done = truth("--out", str(tmp_path), timeout=120)
     assert done.returncode == 2 and done.stdout == ""
@@ -108,7 +110,8 @@ def test_bad_flags_get_one_line() -> None:
 
 
 @pytest.mark.skipif(
-    not HAS_GPU, reason="needs an NVIDIA GPU with CuPy and PyTorch: run python3 -m bench.truth on a GPU host"
+    not HAS_GPU,
+    reason=GPU_ONLY + "needs an NVIDIA GPU with CuPy and PyTorch: run python3 -m bench.truth on a GPU host",
 )
 def test_every_check_passes_on_this_gpu(tmp_path: Path) -> None:
     done = truth("--out", str(tmp_path), "--no-ncu", "--no-unprivileged", timeout=900)

@@ -75,7 +75,9 @@ def _open_nvml(settings: SourceSettings, gpm: bool, dcgm: bool, dcgm_required: b
 
     try:
         opened.extras.append(
-            open_dcgm_backend(settings.dcgm_hostengine, settings.dcgm_embedded, settings.interval)
+            open_dcgm_backend(
+                settings.dcgm_hostengine, settings.dcgm_embedded, settings.interval, settings.node_name
+            )
         )
     except BackendUnavailable as exc:
         if dcgm_required:
