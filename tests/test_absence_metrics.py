@@ -15,14 +15,14 @@ from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from fakes.device_source import NvmlLikeNode
 from smlens import model as m
 from smlens import thresholds
 from smlens.app import Publisher, create_app
-from smlens.backends.base import DeviceSource
 from smlens.backends.dcgm import open_dcgm_backend
 from smlens.backends.sim import SimBackend, load_scenario
 from smlens.collector import PLAIN_GAUGES, RATIO_GAUGES
-from smlens.model import Activity, GpuIdentity, Reading, Snapshot
+from smlens.model import GpuIdentity, Snapshot
 from smlens.sampler import Sampler
 
 SCENARIO = Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
@@ -105,26 +105,6 @@ def test_gpu_lost_mid_run_drops_its_gauges(accept: str) -> None:
     assert series[("gpu_up", "0")] == 1
 
 
-class NvmlLike(DeviceSource):
-    """Stands in for the nvml device source: identities and utilization, no profiling."""
-
-    name = "node"
-
-    def __init__(self, identities: Sequence[GpuIdentity]) -> None:
-        self.identities = list(identities)
-
-    def discover(self) -> list[GpuIdentity]:
-        return self.identities
-
-    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
-        return {gpu.uuid: None for gpu in gpus}
-
-    def read(self, gpu: GpuIdentity, now: float) -> Reading:
-        return Reading(
-            source=self.name, activity={m.UTILIZATION: Activity.of(1.0, 1.0)}, gauges={m.POWER_WATTS: 300}
-        )
-
-
 def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> None:
     import dcgmvalue
 
@@ -133,9 +113,8 @@ def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> N
     fake_dcgm.REGISTRY.listen(engine)
     backend = open_dcgm_backend(None, embedded=False, interval=1.0)
     now = [0.0]
-    sampler = Sampler(
-        NvmlLike([GpuIdentity(0, uuid, "NVIDIA A100")]), [backend], "node-a", 1.0, clock=lambda: now[0]
-    )
+    node = NvmlLikeNode([GpuIdentity(0, uuid, "NVIDIA A100")], gauges={m.POWER_WATTS: 300})
+    sampler = Sampler(node, [backend], "node-a", 1.0, clock=lambda: now[0])
     sampler.open()
     sample = {1002: 0.5, 1003: 0.25, 1004: 0.125, 1005: 0.5, 1009: 1000, 1010: 1000}
     for tick in range(2):

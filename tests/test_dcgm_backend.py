@@ -22,10 +22,10 @@ from conftest import (
     missing_dependency,
     nvidia_dcgm_binding_dirs,
 )
+from fakes.device_source import NvmlLikeNode
 from smlens import names as n
 from smlens.admin import profiling_router
 from smlens.backends import dcgm, gpm
-from smlens.backends.base import DeviceSource
 from smlens.backends.dcgm import (
     DcgmBackend,
     HostengineAddress,
@@ -36,7 +36,7 @@ from smlens.backends.dcgm import (
 )
 from smlens.backends.dcgm_bindings import BINDING_DIRS, load_bindings
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
-from smlens.model import Activity, GpuIdentity, Reading
+from smlens.model import Activity, GpuIdentity
 from smlens.sampler import Sampler
 
 FAKE_DIR = DCGM_DOUBLE_DIR
@@ -398,29 +398,11 @@ def test_reconnect_backs_off_while_the_hostengine_is_down(fake: ModuleType) -> N
     assert engine.watched(0) == set(dcgm.WANTED_FIELDS)
 
 
-class OneNode(DeviceSource):
-    """Stands in for the nvml device source: identities and utilization, no profiling."""
-
-    name = "node"
-
-    def __init__(self, identities: Sequence[GpuIdentity]) -> None:
-        self.identities = list(identities)
-
-    def discover(self) -> list[GpuIdentity]:
-        return self.identities
-
-    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
-        return {gpu.uuid: None for gpu in gpus}
-
-    def read(self, gpu: GpuIdentity, now: float) -> Reading:
-        return Reading(source=self.name, activity={n.UTILIZATION: Activity.of(1.0, INTERVAL)})
-
-
 def test_sampler_shows_dcgm_down_during_a_restart_and_recovers(fake: ModuleType) -> None:
     engine = start_engine(fake)
     backend = open_dcgm_backend(None, embedded=False, interval=INTERVAL)
     now = [0.0]
-    sampler = Sampler(OneNode(gpus()), [backend], "node-a", INTERVAL, clock=lambda: now[0])
+    sampler = Sampler(NvmlLikeNode(gpus(), INTERVAL), [backend], "node-a", INTERVAL, clock=lambda: now[0])
     sampler.open()
 
     def tick() -> Any:

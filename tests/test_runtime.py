@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -15,19 +11,13 @@ from smlens.config import resolve
 from smlens.errors import BackendUnavailable
 from smlens.runtime import build_sampler
 
-FAKE_DCGM = Path(__file__).resolve().parent / "fakes" / "fake_dcgm"
 HOPPER, AMPERE = "GPU-11111111-0000-0000-0000-000000000000", "GPU-22222222-0000-0000-0000-000000000000"
 
 
 @pytest.fixture
-def dcgm_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.syspath_prepend(str(FAKE_DCGM))
-    for name in ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue", "dcgm_fake_engine"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    engine = importlib.import_module("dcgm_fake_engine")
-    engine.reset()
-    yield engine
-    engine.reset()
+def dcgm_engine(fake_dcgm: ModuleType) -> ModuleType:
+    """DCGM bindings over the stub libdcgm (conftest's fake_dcgm)."""
+    return fake_dcgm
 
 
 def node(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,34 @@
+"""A device source standing in for the nvml backend: identities and utilization, no profiling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from smlens import model as m
+from smlens.backends.base import DeviceSource
+from smlens.model import Activity, GpuIdentity, Reading
+
+
+class NvmlLikeNode(DeviceSource):
+    name = "node"
+
+    def __init__(
+        self,
+        identities: Sequence[GpuIdentity],
+        interval: float = 1.0,
+        gauges: Mapping[str, float] | None = None,
+    ) -> None:
+        self.identities = list(identities)
+        self.interval = interval
+        self.gauges = dict(gauges or {})
+
+    def discover(self) -> list[GpuIdentity]:
+        return self.identities
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {gpu.uuid: None for gpu in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return Reading(
+            source=self.name, activity={m.UTILIZATION: Activity.of(1.0, self.interval)}, gauges=self.gauges
+        )
