@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -22,6 +23,7 @@ from smlens.app import Publisher, create_app
 from smlens.backends.dcgm import open_dcgm_backend
 from smlens.backends.sim import SimBackend, load_scenario
 from smlens.collector import PLAIN_GAUGES, RATIO_GAUGES
+from smlens.errors import ConfigError
 from smlens.model import GpuIdentity, Snapshot
 from smlens.sampler import Sampler
 
@@ -128,3 +130,18 @@ def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> N
     assert absent(series, "0", ["gpu_sm_active_ratio", "gpu_sm_occupancy_ratio"]) == []
     assert series[("gpu_tensor_active_ratio", "0")] == 0.125
     assert series[("gpu_profiling_mode", "0")] == 1  # DCGM says how it counts: one_pass here
+
+
+@pytest.mark.parametrize(
+    ("unreadable", "message"),
+    [
+        ("power_watts", "'unreadable' must be a list of value names"),
+        (["power_watt"], "cannot make power_watt unreadable; known: "),
+    ],
+)
+def test_bad_unreadable_key_is_one_sentence(tmp_path: Path, unreadable: object, message: str) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump({"gpus": [{"profile": "idle", "unreadable": unreadable}]}))
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_scenario(scenario)
+    assert "\n" not in str(caught.value)
