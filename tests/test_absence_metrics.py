@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from fakes.device_source import NvmlLikeNode
-from smlens import model as m
+from smlens import names as n
 from smlens import thresholds
 from smlens.app import Publisher, create_app
 from smlens.backends.dcgm import open_dcgm_backend
@@ -29,7 +29,7 @@ from smlens.sampler import Sampler
 
 SCENARIO = Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-PROFILING_GAUGES = [name for key, name, _ in RATIO_GAUGES if key in m.PROFILING_ACTIVITIES]
+PROFILING_GAUGES = [name for key, name, _ in RATIO_GAUGES if key in n.PROFILING_ACTIVITIES]
 PROFILING_COUNTERS = [
     "gpu_sm_active_seconds_total",
     "gpu_profiled_seconds_total",
@@ -115,7 +115,7 @@ def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> N
     fake_dcgm.REGISTRY.listen(engine)
     backend = open_dcgm_backend(None, embedded=False, interval=1.0)
     now = [0.0]
-    node = NvmlLikeNode([GpuIdentity(0, uuid, "NVIDIA A100")], gauges={m.POWER_WATTS: 300})
+    node = NvmlLikeNode([GpuIdentity(0, uuid, "NVIDIA A100")], gauges={n.POWER_WATTS: 300})
     sampler = Sampler(node, [backend], "node-a", 1.0, clock=lambda: now[0])
     sampler.open()
     sample = {1002: 0.5, 1003: 0.25, 1004: 0.125, 1005: 0.5, 1009: 1000, 1010: 1000}

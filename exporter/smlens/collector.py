@@ -151,7 +151,7 @@ class SnapshotCollector(Collector):
             "gpu_profiling_mode",
             "1 for how the profiling source counts: mode one_pass, or multiplexed when the SM-level "
             "counters need several hardware passes (DCGM shared with other clients) and are estimates.",
-            labels=[*m.GPU_LABELS, "source", "mode"],
+            labels=[*n.GPU_LABELS, "source", "mode"],
         )
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from smlens import model as m
+from smlens import names as n
 from smlens.backends.base import DeviceSource
 from smlens.model import Activity, GpuIdentity, Reading
 
@@ -30,5 +30,5 @@ class NvmlLikeNode(DeviceSource):
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
         return Reading(
-            source=self.name, activity={m.UTILIZATION: Activity.of(1.0, self.interval)}, gauges=self.gauges
+            source=self.name, activity={n.UTILIZATION: Activity.of(1.0, self.interval)}, gauges=self.gauges
         )
