@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from fakes import dcgm_hostengine
+from smlens.backends.dcgm_bindings import BINDING_DIRS
 
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -146,7 +147,9 @@ def _dcgm_binding_sets() -> list[str]:
 
 
 def nvidia_dcgm_binding_dirs() -> list[str]:
-    return [d for d in os.environ.get(DCGM_BINDINGS_ENV, "").split(os.pathsep) if d]
+    """$SMLENS_DCGM_BINDINGS, else the bindings of a DCGM installed on this machine, if any."""
+    named = [d for d in os.environ.get(DCGM_BINDINGS_ENV, "").split(os.pathsep) if d]
+    return named or [d for d in BINDING_DIRS if (Path(d) / "dcgm_structs.py").is_file()]
 
 
 def _binding_id(param: str) -> str:

@@ -6,16 +6,19 @@ scenarios/unreadable.yaml) and a DCGM blank value (through the DCGM bindings and
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from conftest import ExporterFactory
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
 from smlens import thresholds
@@ -51,9 +54,12 @@ def scrape(snapshot: Snapshot, accept: str) -> Series:
     assert response.headers["content-type"].startswith(
         "application/openmetrics-text" if openmetrics else "text/plain; version=0.0.4"
     )
-    parse = parse_openmetrics if openmetrics else parse_text
+    return parse(response.text, openmetrics)
+
+
+def parse(body: str, openmetrics: bool) -> Series:
     series: Series = {}
-    for family in parse(response.text):
+    for family in (parse_openmetrics if openmetrics else parse_text)(body):
         for sample in family.samples:
             assert not math.isnan(sample.value), f"{sample.name}{sample.labels} is NaN"
             if "gpu" in sample.labels:
@@ -145,3 +151,22 @@ def test_bad_unreadable_key_is_one_sentence(tmp_path: Path, unreadable: object, 
     with pytest.raises(ConfigError, match=message) as caught:
         load_scenario(scenario)
     assert "\n" not in str(caught.value)
+
+
+def test_a_running_exporter_serves_the_scenario_without_zeros(start_exporter: ExporterFactory) -> None:
+    """The same contract end to end: ``smlens serve --sim-scenario`` scraped over loopback HTTP."""
+    base = start_exporter("--backend", "sim", "--sim-scenario", str(SCENARIO), "--interval", "0.5")
+    deadline = time.monotonic() + 20
+    while True:  # GPU 3 is lost 2 s after the first sample
+        text = httpx.get(base + "/metrics", timeout=5).text
+        if parse(text, openmetrics=False).get(("gpu_up", "3")) == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    for accept in ("text/plain", OPENMETRICS):
+        response = httpx.get(base + "/metrics", headers={"Accept": accept}, timeout=5)
+        series = parse(response.text, openmetrics=accept != "text/plain")
+        assert series[("gpu_up", "3")] == 0
+        assert absent(series, "3", ALL_GAUGES) == []
+        assert absent(series, "1", PROFILING_GAUGES + PROFILING_COUNTERS) == []
+        assert absent(series, "2", ["gpu_power_watts"]) == []
+        assert ("gpu_power_watts", "0") in series and ("gpu_sm_active_ratio", "0") in series

@@ -501,8 +501,8 @@ def test_nvidia_bindings_are_available_for_the_conformance_runs() -> None:
     dirs = nvidia_dcgm_binding_dirs()
     if not dirs:
         missing_dependency(
-            f"{DCGM_BINDINGS_ENV} is not set, so the DCGM tests ran only through the double; "
-            "scripts/fetch-dcgm-bindings.sh fetches NVIDIA's bindings"
+            f"{DCGM_BINDINGS_ENV} is not set and no DCGM is installed, so the DCGM tests ran only "
+            "through the double; scripts/fetch-dcgm-bindings.sh fetches NVIDIA's bindings"
         )
     for directory in dirs:
         assert (Path(directory) / "dcgm_agent.py").is_file(), directory

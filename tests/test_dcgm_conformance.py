@@ -27,8 +27,8 @@ from conftest import (
 def nvidia(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
     if not request.param:
         missing_dependency(
-            f"{DCGM_BINDINGS_ENV} is not set: the double cannot be compared with NVIDIA's bindings "
-            "(scripts/fetch-dcgm-bindings.sh fetches them)"
+            f"{DCGM_BINDINGS_ENV} is not set and no DCGM is installed: the double cannot be compared "
+            "with NVIDIA's bindings (scripts/fetch-dcgm-bindings.sh fetches them)"
         )
     double = import_dcgm_bindings(monkeypatch, DCGM_DOUBLE_DIR)
     global double_agent, double_fields, double_structs, double_value
