@@ -2,13 +2,18 @@
 # Fetches NVIDIA's DCGM Python bindings (four files of NVIDIA/DCGM testing/python3, Apache-2.0) for
 # the DCGM conformance tests, checks them against pinned SHA-256 sums and prints the directories as
 # a value for SMLENS_DCGM_BINDINGS. They land in a cache outside the repository: smlens never ships
-# or copies NVIDIA's code. With --from-git DIR they come from a local clone of NVIDIA/DCGM instead.
+# or copies NVIDIA's code. With --from-git DIR they come from a local clone of NVIDIA/DCGM instead;
+# with --cached it only checks the cache and exits 1, downloading nothing, when a file is missing.
 #   export SMLENS_DCGM_BINDINGS="$(bash scripts/fetch-dcgm-bindings.sh)"
 set -euo pipefail
 
 cache="${SMLENS_DCGM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/smlens/dcgm-bindings}"
 clone=""
-if [ "${1:-}" = "--from-git" ]; then clone="$2"; fi
+cached_only=""
+case "${1:-}" in
+  --from-git) clone="$2" ;;
+  --cached) cached_only=1 ;;
+esac
 
 # tag file sha256 (git blob contents at the tag, as raw.githubusercontent.com serves them)
 PINS="
@@ -37,7 +42,10 @@ while read -r tag file sum; do
   mkdir -p "$dir"
   target="$dir/$file"
   if ! echo "$sum  $target" | sha256sum --check --status 2>/dev/null; then
-    if [ -n "$clone" ]; then
+    if [ -n "$cached_only" ]; then
+      echo "NVIDIA/DCGM $tag testing/python3/$file is not in $cache." >&2
+      exit 1
+    elif [ -n "$clone" ]; then
       git -C "$clone" show "$tag:testing/python3/$file" >"$target.part"
     else
       url="https://raw.githubusercontent.com/NVIDIA/DCGM/$tag/testing/python3/$file"

@@ -26,9 +26,11 @@ DCGM_BINDINGS_ENV = "SMLENS_DCGM_BINDINGS"
 DCGM_BINDING_MODULES = ("dcgm_agent", "dcgm_structs", "dcgm_fields", "dcgmvalue")
 
 
-# Under CI=true only GPU-only tests may skip; their reasons start with this tag. Any other skip,
-# from a helper here or a plugin's importorskip, turns into a failure (pytest_runtest_makereport).
+# Under CI=true only tests that need NVIDIA's hardware or NVIDIA's own DCGM bindings (not on any package
+# registry, never vendored) may skip; their reasons start with one of these tags. Any other skip, from a
+# helper here or a plugin's importorskip, turns into a failure (pytest_runtest_makereport).
 GPU_ONLY = "[GPU] "
+DCGM_BINDINGS_ONLY = "[DCGM] "
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -38,9 +40,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        if not reason.removeprefix("Skipped: ").startswith(GPU_ONLY):
+        if not reason.removeprefix("Skipped: ").startswith((GPU_ONLY, DCGM_BINDINGS_ONLY)):
             report.outcome = "failed"
-            report.longrepr = f"skipped under CI=true, where only GPU-only tests may skip: {reason}"
+            report.longrepr = f"skipped under CI=true, where only GPU- or DCGM-only tests may skip: {reason}"
 
 
 def missing_dependency(message: str) -> None:
@@ -48,6 +50,16 @@ def missing_dependency(message: str) -> None:
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+def skip_without_nvidia_dcgm_bindings(what: str) -> None:
+    """Skips, in CI too, when NVIDIA's DCGM bindings are absent: they come from a DCGM host or from
+    scripts/fetch-dcgm-bindings.sh, never from the test command, which reaches no GitHub."""
+    if not nvidia_dcgm_binding_dirs():
+        pytest.skip(
+            f"{DCGM_BINDINGS_ONLY}{DCGM_BINDINGS_ENV} is not set and no DCGM is installed: {what} "
+            "(scripts/fetch-dcgm-bindings.sh fetches NVIDIA's bindings)"
+        )
 
 
 def require_tool(name: str) -> str:
@@ -164,10 +176,7 @@ def fake_dcgm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     param: str = request.param
     directory = DCGM_DOUBLE_DIR if param == "double" else Path(param[7:])
     if param != "double" and not (directory / "dcgm_structs.py").is_file():
-        missing_dependency(
-            f"NVIDIA's DCGM Python bindings are not here: set {DCGM_BINDINGS_ENV} to a copy of "
-            "NVIDIA/DCGM testing/python3 (scripts/fetch-dcgm-bindings.sh makes one)"
-        )
+        pytest.fail(f"{DCGM_BINDINGS_ENV} names {directory}, which holds no dcgm_structs.py")
     structs = import_dcgm_bindings(monkeypatch, directory)["dcgm_structs"]
     if param != "double":  # stands where libdcgm.so.4 would be loaded
         monkeypatch.setattr(structs, "dcgmLib", dcgm_hostengine.LIBDCGM)

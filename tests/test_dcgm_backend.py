@@ -17,10 +17,9 @@ from fastapi.testclient import TestClient
 
 from conftest import (
     DCGM_BINDING_MODULES,
-    DCGM_BINDINGS_ENV,
     DCGM_DOUBLE_DIR,
-    missing_dependency,
     nvidia_dcgm_binding_dirs,
+    skip_without_nvidia_dcgm_bindings,
 )
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
@@ -498,13 +497,8 @@ def test_pause_through_the_admin_endpoint(fake: ModuleType) -> None:
 
 def test_nvidia_bindings_are_available_for_the_conformance_runs() -> None:
     """Every test above also runs through NVIDIA's bindings named in $SMLENS_DCGM_BINDINGS."""
-    dirs = nvidia_dcgm_binding_dirs()
-    if not dirs:
-        missing_dependency(
-            f"{DCGM_BINDINGS_ENV} is not set and no DCGM is installed, so the DCGM tests ran only "
-            "through the double; scripts/fetch-dcgm-bindings.sh fetches NVIDIA's bindings"
-        )
-    for directory in dirs:
+    skip_without_nvidia_dcgm_bindings("the DCGM tests ran only through the double")
+    for directory in nvidia_dcgm_binding_dirs():
         assert (Path(directory) / "dcgm_agent.py").is_file(), directory
 
 

@@ -15,21 +15,17 @@ from types import ModuleType
 import pytest
 
 from conftest import (
-    DCGM_BINDINGS_ENV,
     DCGM_DOUBLE_DIR,
     import_dcgm_bindings,
-    missing_dependency,
     nvidia_dcgm_binding_dirs,
+    skip_without_nvidia_dcgm_bindings,
 )
 
 
 @pytest.fixture(params=nvidia_dcgm_binding_dirs() or [""], ids=lambda d: Path(d).name or "absent")
 def nvidia(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
     if not request.param:
-        missing_dependency(
-            f"{DCGM_BINDINGS_ENV} is not set and no DCGM is installed: the double cannot be compared "
-            "with NVIDIA's bindings (scripts/fetch-dcgm-bindings.sh fetches them)"
-        )
+        skip_without_nvidia_dcgm_bindings("the double cannot be compared with NVIDIA's bindings")
     double = import_dcgm_bindings(monkeypatch, DCGM_DOUBLE_DIR)
     global double_agent, double_fields, double_structs, double_value
     double_agent, double_fields = double["dcgm_agent"], double["dcgm_fields"]
