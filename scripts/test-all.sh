@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(prometheus prometheus-alertmanager chromium curl ca-certificates)
+APT_PACKAGES+=(buildah podman runc debootstrap)  # tests/test_image.py builds and runs the image
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
