@@ -86,9 +86,11 @@ def base_tarball(timeout: float = 900) -> Path:
     if tarball.exists():
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tarball.parent) as work:
-        rootfs = Path(work) / "rootfs"
+    work = Path(tempfile.mkdtemp(dir=tarball.parent))
+    rootfs = work / "rootfs"
+    try:
         run(["debootstrap", *DEBOOTSTRAP, str(rootfs)], timeout=timeout)
+        unmount_below(rootfs)
         for name, certificate in cas.items():
             target = rootfs / "usr/local/share/ca-certificates" / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -98,10 +100,21 @@ def base_tarball(timeout: float = 900) -> Path:
         for pruned in PRUNED:
             for entry in (rootfs / pruned).glob("*"):
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        partial = Path(work) / "rootfs.tar"
-        run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], timeout=300)
+        partial = work / "rootfs.tar"
+        run(["tar", "-C", str(rootfs), "--one-file-system", "--numeric-owner", "-cf", str(partial), "."], 300)
         os.replace(partial, tarball)  # atomic: concurrent runs never see half a tarball
+    finally:
+        unmount_below(rootfs)  # raises rather than let rmtree reach into a mounted /proc or /sys
+        shutil.rmtree(work)
     return tarball
+
+
+def unmount_below(path: Path) -> None:
+    """debootstrap mounts /proc and /sys in its target, and its own unmount can fail (seen here)."""
+    prefix = f"{path.resolve()}/"
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for mountpoint in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
+        run(["umount", "--lazy", mountpoint], timeout=60)
 
 
 def ulimits() -> list[str]:
