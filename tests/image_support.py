@@ -80,8 +80,8 @@ def base_tarball(timeout: float = 900) -> Path:
     key = hashlib.sha256()
     for part in (debootstrap_version, *DEBOOTSTRAP, *PRUNED, pip_conf, *cas):
         key.update(part.encode() + b"\0")
-    for certificate in cas.values():
-        key.update(certificate)
+    for data in (*cas.values(), Path(__file__).read_bytes()):  # this recipe is an input too
+        key.update(data)
     tarball = cache_dir() / f"bookworm-{key.hexdigest()[:16]}.tar"
     if tarball.exists():
         return tarball
