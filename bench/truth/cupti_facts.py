@@ -54,25 +54,30 @@ MARK = cp.RawKernel(r'''extern "C" __global__ void mark(unsigned long long* t, i
   unsigned long long g; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)); t[i] = g; }''', "mark")
 SPIN = cp.RawKernel(r'''extern "C" __global__ void spin(long long ns) {
   unsigned long long t0; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  unsigned long long t = t0; while (t - t0 < (unsigned long long)ns) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }''', "spin")
+  unsigned long long t = t0;
+  while (t - t0 < (unsigned long long)ns) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }''', "spin")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
 big = torch.empty(2**31, dtype=torch.uint8, device="cuda"); big2 = torch.empty_like(big)
 st = cp.zeros(64, dtype=cp.uint64)
-MARK((1,), (1,), (st, cp.int32(0))); SPIN((1,), (32,), (cp.int64(1000),)); a @ b; big2.copy_(big); torch.cuda.synchronize()
+MARK((1,), (1,), (st, cp.int32(0))); SPIN((1,), (32,), (cp.int64(1000),)); a @ b; big2.copy_(big)
+torch.cuda.synchronize()
 host = []
 print("ready", flush=True); sys.stdin.readline()
 k = 0
 for name in ("idle", "spin_half", "gemm", "copy", "idle2"):
-    torch.cuda.synchronize(); host.append(time.time_ns()); MARK((1,), (1,), (st, cp.int32(k))); k += 1
+    torch.cuda.synchronize(); host.append(time.time_ns())
+    MARK((1,), (1,), (st, cp.int32(k))); k += 1
     if name.startswith("idle"): torch.cuda.synchronize(); time.sleep(0.05)
     elif name == "spin_half": SPIN((sms // 2,), (32,), (cp.int64(50_000_000),))
     elif name == "gemm":
         for _ in range(30): a @ b
     else:
         for _ in range(60): big2.copy_(big)
-torch.cuda.synchronize(); host.append(time.time_ns()); MARK((1,), (1,), (st, cp.int32(k))); torch.cuda.synchronize()
-print(json.dumps({"names": ["idle", "spin_half", "gemm", "copy", "idle2"], "stamps": st[:k + 1].get().tolist(), "host": host}), flush=True)
+torch.cuda.synchronize(); host.append(time.time_ns())
+MARK((1,), (1,), (st, cp.int32(k))); torch.cuda.synchronize()
+names = ["idle", "spin_half", "gemm", "copy", "idle2"]
+print(json.dumps({"names": names, "stamps": st[:k + 1].get().tolist(), "host": host}), flush=True)
 """
 
 
@@ -232,7 +237,8 @@ def main() -> int:
             "-c",
             "import cupy as cp; cp.zeros(1)\nfrom cupti import pm_sampling\n"
             "c=pm_sampling.Collector(0); c.enable(); print('enabled', flush=True); "
-            "c.configure(metrics=['sm__cycles_active.avg'], sampling_interval=100000); print('configured', flush=True); "
+            "c.configure(metrics=['sm__cycles_active.avg'], sampling_interval=100000); "
+            "print('configured', flush=True); "
             "c.start(); print('started', flush=True)",
         ],
         capture_output=True,

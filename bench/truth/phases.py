@@ -67,7 +67,9 @@ class Gpu:
         if name not in self.kernels:
             kernel = spin_kernel(shape, self.limits)
             # every shape compiles to one CUDA function: allow the largest shared memory any shape asks for
-            kernel.max_dynamic_shared_size_bytes = max(x.shared_bytes(self.limits) for x in self.shapes.values())
+            kernel.max_dynamic_shared_size_bytes = max(
+                x.shared_bytes(self.limits) for x in self.shapes.values()
+            )
             self.kernels[name] = kernel
         self.kernels[name](
             (shape.blocks,),

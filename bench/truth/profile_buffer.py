@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from bench.truth.profile_truth import Child
+
 from smlens.profile.cupti_session import Session, resolve_gpu
 
 VARIANTS = (
@@ -48,8 +48,14 @@ def run(gpu: Any, keep_latest: bool | None, mib: int, poll: float) -> dict[str, 
     start, end = np.asarray(rec.start_ns), np.asarray(rec.end_ns)
     span = (int(end[-1]) - int(start[0])) / 1e9 if len(rec) else 0.0
     covered = float((end - start).sum()) / 1e9
-    return {"tflops": child.result()["tflops"], "kept": len(rec), "span_s": span, "covered_s": covered,
-            "coverage": covered / span if span else None, **rec.notes}
+    return {
+        "tflops": child.result()["tflops"],
+        "kept": len(rec),
+        "span_s": span,
+        "covered_s": covered,
+        "coverage": covered / span if span else None,
+        **rec.notes,
+    }
 
 
 def main() -> int:

@@ -238,57 +238,31 @@ def judge_schedule(
 ) -> list[Check]:
     s, w = child["sm_count"], child["max_warps_per_sm"]
     checks: list[Check] = []
+
+    def phase(
+        name: str, metric: str, reference: str, expected: float | None, tolerance: float | None
+    ) -> None:
+        checks.append(
+            Check("phase", name, metric, reference, expected, phases.get(name, {}).get(metric), tolerance)
+        )
+
     for name in ("spin_one_warp", "spin_half_sms", "spin_warp_per_sm", "spin_full_occupancy"):
         sms, per_sm, threads = child["shapes"][name]
-        got = phases.get(name, {})
         physics = {"sm_active": sms / s, "occupancy": sms * per_sm * threads / 32 / (s * w)}
         for metric, value in physics.items():
-            checks.append(Check("phase", name, metric, "physics", value, got.get(metric), POINTS))
+            phase(name, metric, "physics", value, POINTS)
             if name in ncu:
-                checks.append(Check("phase", name, metric, "ncu", ncu[name][metric], got.get(metric), POINTS))
+                phase(name, metric, "ncu", ncu[name][metric], POINTS)
             if name in steady:
-                checks.append(
-                    Check(
-                        "phase",
-                        name,
-                        metric,
-                        "GPM steady",
-                        steady[name]["gpm"][metric],
-                        got.get(metric),
-                        POINTS,
-                    )
-                )
-        checks.append(Check("phase", name, "tensor", "physics", 0.0, got.get("tensor"), POINTS))
+                phase(name, metric, "GPM steady", steady[name]["gpm"][metric], POINTS)
+        phase(name, "tensor", "physics", 0.0, POINTS)
     for name, steady_name in (("gemm_bf16", "gemm_bf16"), ("launch_bound", "gemm_tiny_launch_bound")):
-        got = phases.get(name, {})
+        ref = steady.get(steady_name)
         for metric in ("sm_active", "occupancy", "tensor"):
-            ref = steady.get(steady_name)
-            tol = POINTS if metric != "tensor" else None
-            checks.append(
-                Check(
-                    "phase",
-                    name,
-                    metric,
-                    "GPM steady",
-                    ref["gpm"][metric] if ref else None,
-                    got.get(metric),
-                    tol,
-                )
-            )
-            checks.append(
-                Check(
-                    "phase",
-                    name,
-                    metric,
-                    "PM steady",
-                    ref["pm"][metric] if ref else None,
-                    got.get(metric),
-                    tol,
-                )
-            )
-    checks.append(
-        Check("phase", "idle", "sm_active", "physics", 0.0, phases.get("idle", {}).get("sm_active"), POINTS)
-    )
+            tolerance = POINTS if metric != "tensor" else None
+            phase(name, metric, "GPM steady", ref["gpm"][metric] if ref else None, tolerance)
+            phase(name, metric, "PM steady", ref["pm"][metric] if ref else None, tolerance)
+    phase("idle", "sm_active", "physics", 0.0, POINTS)
     return checks
 
 
@@ -390,7 +364,9 @@ def cold_section(gpu: Any, interval: int, out: Path, results: dict[str, Any]) ->
     rec_cold, cold, _ = capture_child(gpu, interval, ["cold", "--reps", "4"])
     write_gz(out / "cold.json.gz", ({"capture": rec_cold.to_json(), "phases": cold}))
     sc = analysis.series(rec_cold)
-    cshift, _ = align(sc, cold["names"], cold["stamps"], {"spin_1", "spin_half", "spin_all_8w"}, frozenset({"gemm"}))
+    cshift, _ = align(
+        sc, cold["names"], cold["stamps"], {"spin_1", "spin_half", "spin_all_8w"}, frozenset({"gemm"})
+    )
     results["cold"] = {
         "shift_ns": cshift,
         "probe_method": probe_method(sc, cold["names"], cold["stamps"]),
@@ -406,7 +382,9 @@ def cold_section(gpu: Any, interval: int, out: Path, results: dict[str, Any]) ->
     say(json.dumps(results["cold"]["probe_method"]))
 
 
-def steady_section(gpu: Any, args: argparse.Namespace, out: Path, results: dict[str, Any], shift: int) -> None:
+def steady_section(
+    gpu: Any, args: argparse.Namespace, out: Path, results: dict[str, Any], shift: int
+) -> None:
     """Each workload steady under a capture, GPM beside; a second profile and ncu meanwhile."""
 
     def during() -> Any:
@@ -464,17 +442,7 @@ def judge_all(
     results: dict[str, Any], child: Any, ncu: Mapping[str, Any], steady: Mapping[str, Any], out: Path
 ) -> int:
     checks = judge_schedule(results["schedule"], child, ncu, steady)
-    for name in (
-        "idle",
-        "spin_one_warp",
-        "spin_half_sms",
-        "spin_warp_per_sm",
-        "spin_full_occupancy",
-        "gemm_bf16",
-        "gemm_tiny_launch_bound",
-        "copy_d2d",
-    ):
-        st = steady.get(name)
+    for name, st in steady.items():
         if st:
             for metric in ("sm_active", "occupancy", "tensor", "dram"):
                 tol = POINTS if metric in ("sm_active", "occupancy") else None
@@ -492,7 +460,8 @@ def judge_all(
     for c in checks:
         flag = {True: "PASS", False: "FAIL", None: "info"}[c.passed]
         say(
-            f"{flag} {c.section:7} {c.subject:22} {c.metric:10} {c.reference:16} expected {c.expected} measured {c.measured}"
+            f"{flag} {c.section:7} {c.subject:22} {c.metric:10} {c.reference:16} "
+            f"expected {c.expected} measured {c.measured}"
         )
     say(f"{sum(c.passed is True for c in checks)} passed, {len(failed)} failed")
     return 1 if failed else 0

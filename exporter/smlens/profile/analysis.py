@@ -2,10 +2,11 @@
 
 Pure numpy on a :class:`~smlens.profile.recording.Recording`; no CUPTI. Definitions (docs/profile.md):
 
-* a sample's *busy* share is the part of its time a kernel ran (GR engine active);
-* busy time is *hollow* when the SMs were active for at most ``hollow_threshold`` of it
-  (SM active <= threshold x busy), as the GPUBusyButSMUnderused alert judges a whole window;
-* a sample is *idle* when a kernel ran less than half its time, else *hollow* or *working*.
+* a sample's *busy* share is the part of its time a kernel ran (GR engine active); busy time is the sum of
+  busy share x sample length, the sub-millisecond version of what NVML "utilization" counts;
+* busy time is *hollow* in samples whose SM active is at or under ``hollow_threshold`` (the threshold of
+  thresholds.yaml that the GPUBusyButSMUnderused alert applies to whole windows);
+* a sample is *idle* when kernels ran less than ``IDLE_BUSY`` of it, else *hollow* or *working*.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from smlens.profile.counters import RATIOS, ratio
 from smlens.profile.recording import Recording
 
 IDLE, HOLLOW, WORKING = 0, 1, 2
+IDLE_BUSY = 0.05
 CLASS_NAMES = ("idle", "hollow", "working")
 MIN_REPEATS = 3  # a step period is reported only when the capture holds at least this many steps
 MIN_STRENGTH = 0.5  # autocorrelation at the period, at least
@@ -55,31 +57,31 @@ def series(recording: Recording) -> Series:
 
 def classify(s: Series, hollow_threshold: float) -> np.ndarray:
     classes = np.full(len(s), WORKING, dtype=np.int8)
-    classes[s.sm_active <= hollow_threshold * s.busy] = HOLLOW
-    classes[s.busy < 0.5] = IDLE
+    classes[s.sm_active <= hollow_threshold] = HOLLOW
+    classes[s.busy < IDLE_BUSY] = IDLE
     return classes
 
 
 def hollow_share(s: Series, hollow_threshold: float) -> float | None:
-    """Share of busy time during which the SMs were active at most ``hollow_threshold`` of it."""
+    """Share of busy time spent in samples whose SM active is at or under ``hollow_threshold``."""
     busy = s.busy * s.seconds
     total = float(busy.sum())
     if total <= 0:
         return None
-    hollow = s.sm_active <= hollow_threshold * s.busy
-    return float(busy[hollow].sum() / total)
+    return float(busy[s.sm_active <= hollow_threshold].sum() / total)
 
 
 def activity_histogram(s: Series, bins: int = 20) -> list[tuple[float, float, float]]:
-    """Busy time by SM activity while busy (SM active / busy), as (low, high, share of busy time)."""
+    """Busy time by the SM activity of its sample, as (low, high, share of busy time); bins are closed on
+    the right (a sample at exactly 0.3 falls in 0.25-0.3), so the bins up to the hollow threshold add up
+    to the hollow share."""
     busy = s.busy * s.seconds
     total = float(busy.sum())
     edges = np.linspace(0.0, 1.0, bins + 1)
     if total <= 0:
         return [(float(edges[i]), float(edges[i + 1]), 0.0) for i in range(bins)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while_busy = np.where(s.busy > 0, np.minimum(1.0, s.sm_active / s.busy), 0.0)
-    weights, _ = np.histogram(while_busy, bins=edges, weights=busy)
+    index = np.clip(np.ceil(s.sm_active * bins - 1e-9).astype(np.int64) - 1, 0, bins - 1)
+    weights = np.bincount(index, weights=busy, minlength=bins)
     return [(float(edges[i]), float(edges[i + 1]), float(weights[i] / total)) for i in range(bins)]
 
 
@@ -220,7 +222,7 @@ def _runs(classes: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def window_mean(s: Series, key: str, start_ns: int, end_ns: int) -> tuple[float | None, int]:
-    """Time-weighted mean of ``key`` over the samples lying wholly inside [start_ns, end_ns]; and their count."""
+    """Time-weighted mean of ``key`` over the samples wholly inside [start_ns, end_ns], and their count."""
     end = s.start_ns + (s.seconds * 1e9).astype(np.int64)
     inside = (s.start_ns >= start_ns) & (end <= end_ns)
     count = int(inside.sum())

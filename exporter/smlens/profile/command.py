@@ -37,7 +37,9 @@ def add_parser(commands: Any, formatter: Any) -> None:
         help=f"sampling interval, at least {MIN_INTERVAL_US} (default: {DEFAULT_INTERVAL_US})",
     )
     profile.add_argument(
-        "--out", default="smlens-profile.html", help="HTML report, '-' for stdout (default: smlens-profile.html)"
+        "--out",
+        default="smlens-profile.html",
+        help="HTML report, '-' for stdout (default: smlens-profile.html)",
     )
     profile.add_argument("--json", type=Path, help="also write the samples and the summary to this file")
     profile.add_argument("--thresholds", type=Path, help="thresholds file (its hollow_sm_active is used)")

@@ -61,7 +61,7 @@ KEYS = tuple(r.key for r in RATIOS)
 
 
 def ratio(ratio: Ratio, columns: Mapping[str, np.ndarray], peaks: Mapping[str, float]) -> np.ndarray:
-    """The ratio of every sample, clamped to 0..1; 0 where nothing elapsed (a sample the GPU did not clock)."""
+    """Each sample's ratio, clamped to 0..1; 0 where nothing elapsed (a sample the GPU did not clock)."""
     denominator = np.asarray(columns[ratio.elapsed], dtype=np.float64) * peaks[ratio.counter]
     numerator = np.asarray(columns[ratio.counter], dtype=np.float64)
     safe = np.where(denominator > 0, denominator, 1.0)

@@ -34,9 +34,10 @@ def import_cupti() -> tuple[Any, Any, Any]:
         import cupti.cupti as cu  # type: ignore[import-not-found,import-untyped,unused-ignore]
         from cupti import pm_sampling, profiler_host  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as exc:
+        missing = (exc.name or "cupti").split(".")[0]
+        what = "is not installed" if missing == "cupti" else f"cannot load ({missing} is missing)"
         raise ProfileError(
-            f"smlens profile needs NVIDIA's cupti-python ({exc.name or exc} is missing): "
-            "pip install 'smlens[profile]'."
+            f"smlens profile needs NVIDIA's cupti-python, which {what}: pip install 'smlens[profile]'."
         ) from None
     except Exception as exc:  # cupti-python raises its own error when no CUDA driver is found
         raise ProfileError(f"CUPTI cannot load on this host: {exc}.") from None
@@ -312,7 +313,8 @@ def fill_timestamps(stamps: np.ndarray, interval_ns: int) -> tuple[np.ndarray, i
     Seen on an H200 with cupti-python 13.4: after each decode that filled a counter-data image, a run of
     samples comes back with start and end 0. A run of k such samples between a sample ending at E and one
     starting at S is placed in k equal slots when (S - E) / k is the sampling interval within 2 %; runs at the
-    ends of the capture, or that do not fit, are dropped. Returns the rows to keep and how many were placed."""
+    ends of the capture, or that do not fit, are dropped. Returns the rows to keep and how many were
+    placed."""
     keep = np.ones(len(stamps), dtype=bool)
     untimed = (stamps[:, 0] == 0) & (stamps[:, 1] == 0)
     filled = 0

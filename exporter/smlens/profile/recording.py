@@ -6,6 +6,7 @@ analysis can be re-run on any capture without a GPU. No CUPTI here.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ class Recording:
     @staticmethod
     def load(path: Path) -> Recording:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
+                data = json.load(f)
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RecordingError(f"cannot read {path}: {exc}") from None
         return Recording.from_json(data.get("capture", data) if isinstance(data, dict) else data)

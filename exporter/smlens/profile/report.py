@@ -51,7 +51,8 @@ def _histogram_svg(bins: list[dict[str, float]], threshold: float) -> str:
     bar = (width - 2 * pad) / max(1, len(bins))
     top = max((b["share_of_busy"] for b in bins), default=0.0) or 1.0
     parts = [
-        f'<svg viewBox="0 0 {width} {height + 40}" width="{width}" role="img" aria-label="SM activity while busy">'
+        f'<svg viewBox="0 0 {width} {height + 40}" width="{width}" role="img" '
+        'aria-label="SM activity over busy time">'
     ]
     for i, b in enumerate(bins):
         h = (height - pad) * b["share_of_busy"] / top
@@ -59,7 +60,8 @@ def _histogram_svg(bins: list[dict[str, float]], threshold: float) -> str:
         x = pad + i * bar
         parts.append(
             f'<rect x="{x:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" fill="{colour}">'
-            f"<title>{b['low']:.2f}-{b['high']:.2f}: {100 * b['share_of_busy']:.1f} % of busy time</title></rect>"
+            f"<title>{b['low']:.2f}-{b['high']:.2f}: {100 * b['share_of_busy']:.1f} % of busy time</title>"
+            "</rect>"
         )
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = pad + tick * (width - 2 * pad)
@@ -68,7 +70,7 @@ def _histogram_svg(bins: list[dict[str, float]], threshold: float) -> str:
         )
     parts.append(
         f'<text x="{width / 2:.0f}" y="{height + 35}" font-size="12" text-anchor="middle">'
-        "SM active while a kernel runs (share of busy time per bin)</text></svg>"
+        "SM active of the sample (share of busy time per bin)</text></svg>"
     )
     return "".join(parts)
 
@@ -116,16 +118,29 @@ function draw() {
   g.fillStyle = '#333'; g.fillText(lo.toFixed(2) + ' ms', pad, H - 8);
   g.fillText(hi.toFixed(2) + ' ms', W - 80, H - 8);
 }
-function bisect(v) { let a = 0, b = t.length; while (a < b) { const m = (a + b) >> 1; t[m] < v ? a = m + 1 : b = m; } return a; }
-function at(e) { const r = c.getBoundingClientRect(); return lo + (e.clientX - r.left - 30) / (r.width - 35) * (hi - lo); }
+function bisect(v) {
+  let a = 0, b = t.length;
+  while (a < b) { const m = (a + b) >> 1; t[m] < v ? a = m + 1 : b = m; }
+  return a;
+}
+function at(e) {
+  const r = c.getBoundingClientRect();
+  return lo + (e.clientX - r.left - 30) / (r.width - 35) * (hi - lo);
+}
 c.addEventListener('wheel', e => { e.preventDefault(); const m = at(e), f = e.deltaY < 0 ? 0.8 : 1.25;
   lo = m - (m - lo) * f; hi = m + (hi - m) * f; clamp(); draw(); });
 c.addEventListener('mousedown', e => { drag = at(e); });
 window.addEventListener('mouseup', () => { drag = null; });
-c.addEventListener('mousemove', e => { if (drag === null) return; const d = drag - at(e); lo += d; hi += d; clamp(); draw(); });
+c.addEventListener('mousemove', e => {
+  if (drag === null) return;
+  const d = drag - at(e); lo += d; hi += d; clamp(); draw();
+});
 c.addEventListener('dblclick', () => { lo = t[0]; hi = t[t.length - 1]; draw(); });
 function clamp() { const span = hi - lo, a = t[0], b = t[t.length - 1];
-  if (span > b - a) { lo = a; hi = b; } else { if (lo < a) { hi += a - lo; lo = a; } if (hi > b) { lo -= hi - b; hi = b; } } }
+  if (span > b - a) { lo = a; hi = b; return; }
+  if (lo < a) { hi += a - lo; lo = a; }
+  if (hi > b) { lo -= hi - b; hi = b; }
+}
 for (const k of keys) { const box = document.getElementById('show-' + k);
   if (box) box.addEventListener('change', () => { shown[k] = box.checked; draw(); }); }
 draw();
@@ -162,11 +177,13 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
         step_html = (
             f"<p>Step period <b>{1e3 * step['seconds']:.2f} ms</b> ({step['repeats']} steps in the capture, "
             f"autocorrelation {step['strength']:.2f}). A typical step (position-wise median of "
-            f"{b['steps']} steps): working {1e3 * b['working_s']:.2f} ms, hollow {1e3 * b['hollow_s']:.2f} ms, "
+            f"{b['steps']} steps): working {1e3 * b['working_s']:.2f} ms, "
+            f"hollow {1e3 * b['hollow_s']:.2f} ms, "
             f"idle {1e3 * b['idle_s']:.2f} ms.</p>{_step_svg(step)}"
             "<table><tr><th>stretch</th><th>from ms</th><th>ms</th><th>SM active</th><th>tensor</th></tr>"
             f"{items}</table>"
         )
+    histogram = _histogram_svg(summary["sm_activity_of_busy_time"], summary["hollow_threshold"])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em;max-width:1100px}} table{{border-collapse:collapse}}
@@ -174,14 +191,15 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{
 canvas{{border:1px solid #ccc;width:100%;cursor:grab}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>{summary["samples"]} PM samples every {summary["interval_us"]:g} us over {summary["span_s"]:.2f} s,
-UUID {html.escape(str(gpu.get("uuid", "")))}, chip {html.escape(summary["chip"])}. Ratios are normalised by the
+UUID {html.escape(str(gpu.get("uuid", "")))}, chip {html.escape(summary["chip"])}.
+Ratios are normalised by the
 counters' peaks that CUPTI reported for this chip.</p>
 <h2>Summary</h2><table>{rows}
-<tr><td>hollow share of busy time (SM active &le; {summary["hollow_threshold"]:g} while a kernel runs)</td>
+<tr><td>hollow share of busy time (samples with SM active &le; {summary["hollow_threshold"]:g})</td>
 <td>{_pct(summary["hollow_share_of_busy"])}</td></tr></table>
 <h2>Timeline</h2><p>Wheel: zoom; drag: pan; double-click: reset. {toggles}</p>
 <canvas id="timeline" width="1600" height="420"></canvas>
-<h2>SM activity while busy</h2>{_histogram_svg(summary["sm_activity_while_busy"], summary["hollow_threshold"])}
+<h2>SM activity over busy time</h2>{histogram}
 <h2>Repeating step</h2>{step_html}
 <script type="application/json" id="timeline-data">{data}</script>
 <script>{_SCRIPT}</script></body></html>

@@ -33,7 +33,7 @@ def summarize(recording: Recording, hollow_threshold: float) -> dict[str, Any]:
         "means": means,
         "hollow_threshold": hollow_threshold,
         "hollow_share_of_busy": analysis.hollow_share(s, hollow_threshold),
-        "sm_activity_while_busy": [
+        "sm_activity_of_busy_time": [
             {"low": lo, "high": hi, "share_of_busy": share}
             for lo, hi, share in analysis.activity_histogram(s)
         ],
@@ -59,7 +59,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f"  tensor pipes     {_pct(means['tensor'])}",
         f"  DRAM bandwidth   {_pct(means['dram'])}",
         f"  hollow share of busy time {_pct(summary['hollow_share_of_busy'])}"
-        f"   (SM active <= {summary['hollow_threshold']:g} while a kernel runs)",
+        f"   (samples with SM active <= {summary['hollow_threshold']:g})",
     ]
     step = summary["step"]
     if step is None:
@@ -68,7 +68,8 @@ def render_text(summary: dict[str, Any]) -> str:
         b = step["breakdown"]
         lines.append(
             f"  step period {1e3 * step['seconds']:.2f} ms ({step['repeats']} steps, autocorrelation "
-            f"{step['strength']:.2f}): working {1e3 * b['working_s']:.2f} ms, hollow {1e3 * b['hollow_s']:.2f} ms, "
+            f"{step['strength']:.2f}): working {1e3 * b['working_s']:.2f} ms, "
+            f"hollow {1e3 * b['hollow_s']:.2f} ms, "
             f"idle {1e3 * b['idle_s']:.2f} ms"
         )
     return "\n".join(lines)
