@@ -11,6 +11,7 @@ Pure numpy on a :class:`~smlens.profile.recording.Recording`; no CUPTI. Definiti
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,14 +139,19 @@ def step_period(s: Series, max_period_s: float | None = None) -> StepPeriod | No
     return StepPeriod(period * dt, period, float(mid), int(n // period))
 
 
-def _uniform(s: Series) -> np.ndarray:
-    """SM activity minus its mean on a grid of one median sample length, placed by start time (a sample
-    lost in decoding leaves a 0, the mean, rather than shifting everything after it)."""
+def _grid(s: Series, values: np.ndarray) -> np.ndarray:
+    """``values`` on a grid of one median sample length, placed by start time; NaN where no sample fell
+    (a sample lost in decoding leaves a hole rather than shifting everything after it)."""
     dt = float(np.median(s.seconds))
     index = np.rint((s.start_ns - s.start_ns[0]) / (dt * 1e9)).astype(np.int64)
-    grid = np.zeros(int(index[-1]) + 1)
-    grid[index] = s.sm_active - float(s.sm_active.mean())
+    grid = np.full(int(index[-1]) + 1, np.nan)
+    grid[index] = values
     return grid
+
+
+def _uniform(s: Series) -> np.ndarray:
+    """SM activity minus its mean on the grid; holes read the mean (0)."""
+    return np.nan_to_num(_grid(s, s.sm_active - float(s.sm_active.mean())))
 
 
 @dataclass(frozen=True)
@@ -170,11 +176,14 @@ class StepBreakdown:
 def breakdown(s: Series, period: StepPeriod, hollow_threshold: float) -> StepBreakdown:
     """The typical step: the position-wise median of every whole step, cut at its longest quiet moment."""
     p = max(1, round(period.samples))
-    steps = len(s) // p
-    fold = {
-        key: np.median(s.ratio(key)[: steps * p].reshape(steps, p), axis=0)
-        for key in ("busy", "sm_active", "tensor")
-    }
+    grids = {key: _grid(s, s.ratio(key)) for key in ("busy", "sm_active", "tensor")}
+    steps = len(grids["busy"]) // p
+    with warnings.catch_warnings():  # a position no step has a sample for: NaN, read as idle below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fold = {
+            key: np.nan_to_num(np.nanmedian(g[: steps * p].reshape(steps, p), axis=0))
+            for key, g in grids.items()
+        }
     dt = float(np.median(s.seconds))
     start = int(np.argmin(np.convolve(fold["busy"] + fold["sm_active"], np.ones(3) / 3, mode="same")))
     # start the step where its longest idle stretch ends (or at its quietest sample when none is idle)
