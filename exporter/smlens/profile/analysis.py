@@ -151,7 +151,9 @@ def _grid(s: Series, values: np.ndarray) -> np.ndarray:
 
 def _uniform(s: Series) -> np.ndarray:
     """SM activity minus its mean on the grid; holes read the mean (0)."""
-    return np.nan_to_num(_grid(s, s.sm_active - float(s.sm_active.mean())))
+    grid = _grid(s, s.sm_active - float(s.sm_active.mean()))
+    grid[np.isnan(grid)] = 0.0
+    return grid
 
 
 @dataclass(frozen=True)
