@@ -43,6 +43,8 @@ def timeline_data(recording: Recording) -> dict[str, Any]:
         "titles": {r.key: r.title for r in RATIOS},
         "colours": COLOURS,
         "bucket": step,
+        # a longer step between two points is a hole (samples lost): the line breaks there
+        "gap_ms": 3 * step * float(np.median(s.seconds)) * 1e3 if n else 0.0,
     }
 
 
@@ -114,7 +116,8 @@ function draw() {
   for (const k of keys) { if (!shown[k]) continue; const s = D.series[k];
     g.strokeStyle = D.colours[k]; g.beginPath();
     for (let i = a; i < b; i += stride) { const px = x(t[i]), py = H - pad - s[i] * (H - 2 * pad);
-      i === a ? g.moveTo(px, py) : g.lineTo(px, py); } g.stroke(); }
+      i === a || t[i] - t[i - stride] > D.gap_ms * stride ? g.moveTo(px, py) : g.lineTo(px, py); }
+    g.stroke(); }
   g.fillStyle = '#333'; g.fillText(lo.toFixed(2) + ' ms', pad, H - 8);
   g.fillText(hi.toFixed(2) + ' ms', W - 80, H - 8);
 }
