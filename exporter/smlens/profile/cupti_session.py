@@ -132,12 +132,11 @@ class Session:
         try:
             collector.enable()
         except PermissionError:
-            raise ProfileError(
-                f"no permission to read GPU {self.gpu.index}'s performance counters: run as root or with "
-                "CAP_SYS_ADMIN, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0."
-            ) from None
+            raise ProfileError(self._no_permission()) from None
         except RuntimeError as exc:
             raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
+        except cu.cuptiError as exc:
+            raise ProfileError(self._explain(exc)) from None
         self._collector = collector
         try:
             mode = self._pm.HardwareBufferAppendMode
@@ -157,6 +156,12 @@ class Session:
             raise ProfileError(f"GPU {self.gpu.index} cannot sample smlens' counters: {exc}") from None
         return self
 
+    def _no_permission(self) -> str:
+        return (
+            f"no permission to read GPU {self.gpu.index}'s performance counters: run as root or with "
+            "CAP_SYS_ADMIN, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0."
+        )
+
     def _explain(self, exc: Any) -> str:
         status = getattr(exc, "status", None)
         result = self._cu.Result
@@ -166,10 +171,7 @@ class Session:
                 "Systems, DCGM profiling, or another smlens profile): try again when it has finished."
             )
         if status == result.ERROR_INSUFFICIENT_PRIVILEGES:
-            return (
-                f"no permission to read GPU {self.gpu.index}'s performance counters: run as root or with "
-                "CAP_SYS_ADMIN, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0."
-            )
+            return self._no_permission()
         if status == result.ERROR_INVALID_PARAMETER:
             return (
                 "CUPTI refused its own host setup, the sign of a libcupti older than cupti-python "
