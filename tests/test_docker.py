@@ -130,7 +130,9 @@ def test_exporter_image_runs_the_exporter_as_the_chart_expects() -> None:
     env = " ".join(i.arguments for i in final if i.keyword == "ENV")
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env and "NVIDIA_VISIBLE_DEVICES=all" in env
     runs = [i.arguments for i in parsed if i.keyword == "RUN"]
-    assert runs == ["sh docker/install.sh /src /opt/smlens"]
+    # The one install step; SMLENS_EXTRAS (empty unless --build-arg SMLENS_EXTRAS=profile) adds extras.
+    assert runs == ['sh docker/install.sh /src /opt/smlens "$SMLENS_EXTRAS"']
+    assert 'SMLENS_EXTRAS=""' in [i.arguments for i in parsed if i.keyword == "ARG"]
 
 
 def test_dcgm_image_verifies_what_it_downloads_and_puts_bindings_where_smlens_looks() -> None:

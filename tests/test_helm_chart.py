@@ -317,3 +317,14 @@ def test_notes_tell_what_to_do_next() -> None:
     labelled = render(CHART_DIR / "ci" / "attribution-values.yaml").notes
     assert "additionalLabels.release" not in labelled
     assert "Workload labels" not in labelled
+
+
+def test_profile_value_adds_compute_and_sys_admin_only_when_enabled() -> None:
+    assert "SYS_ADMIN" not in json.dumps(render().container)
+    container = render({"profile": {"enabled": True}}).container
+    assert _env(container)["NVIDIA_DRIVER_CAPABILITIES"] == "utility,compute"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    values = {"profile": {"enabled": True}, "nvidia": {"driverCapabilities": "compute,utility"}}
+    both = render(values).container
+    assert _env(both)["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    validate(render({"profile": {"enabled": True}}).one("DaemonSet"))

@@ -20,6 +20,7 @@ from smlens.backends.base import ProfilingControl
 from smlens.backends.registry import KINDS
 from smlens.config import CheckSettings, ServeSettings, SourceSettings, add_flags, resolve
 from smlens.errors import ConfigError, SmlensError
+from smlens.profile.command import add_parser as add_profile_parser
 
 if TYPE_CHECKING:
     from smlens.sampler import Sampler
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
             formatter_class=_formatter,
         )
         add_flags(sub, name)
+    add_profile_parser(commands, _formatter)
     return parser
 
 
@@ -145,6 +147,10 @@ def _run(settings: SourceSettings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "profile":
+            from smlens.profile.command import run as profile
+
+            return profile(args)
         settings = resolve(args.command, vars(args))
         logging.basicConfig(
             level=settings.log_level.upper(),

@@ -1,0 +1,103 @@
+"""``smlens profile``: capture one GPU with CUPTI PM sampling, print a summary, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from smlens import thresholds
+from smlens.errors import SmlensError
+
+MIN_INTERVAL_US = 100  # 10 kHz
+# 5 kHz by default: decoding costs ~90 us of host CPU per sample (H200, docs/profile.md), so 10 kHz keeps one
+# core ~90 % busy and a slower host can let the GPU's sample buffer overflow.
+DEFAULT_INTERVAL_US = 200
+MAX_SECONDS = 600
+
+
+def add_parser(commands: Any, formatter: Any) -> None:
+    summary = "capture one GPU's SM activity at up to 10 kHz (CUPTI PM sampling) and report it"
+    profile = commands.add_parser(
+        "profile",
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}. Every process on the GPU is captured. Needs "
+        "pip install 'smlens[profile]' and the right to read performance counters.",
+        usage="smlens profile [options]",
+        formatter_class=formatter,
+    )
+    profile.add_argument("--gpu", default="0", help="NVML index or UUID of the GPU (default: 0)")
+    profile.add_argument("--seconds", type=float, default=10.0, help="capture length (default: 10)")
+    profile.add_argument(
+        "--interval-us",
+        type=int,
+        default=DEFAULT_INTERVAL_US,
+        help=f"sampling interval, at least {MIN_INTERVAL_US} (default: {DEFAULT_INTERVAL_US})",
+    )
+    profile.add_argument(
+        "--out",
+        default="smlens-profile.html",
+        help="HTML report, '-' for stdout (default: smlens-profile.html)",
+    )
+    profile.add_argument("--json", type=Path, help="also write the samples and the summary to this file")
+    profile.add_argument("--thresholds", type=Path, help="thresholds file (its hollow_sm_active is used)")
+    profile.add_argument("--from-json", type=Path, help="analyse a capture written by --json (no GPU needed)")
+
+
+def _progress(elapsed: float, samples: int, seconds: float) -> None:
+    print(
+        f"\rcapturing {elapsed:5.1f}/{seconds:g} s, {samples} samples decoded",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from smlens.profile.recording import Recording
+    from smlens.profile.report import render_html
+    from smlens.profile.summary import render_text, summarize
+
+    if not 0 < args.seconds <= MAX_SECONDS:
+        raise SmlensError(f"--seconds must be above 0 and at most {MAX_SECONDS}, got {args.seconds:g}.")
+    if args.interval_us < MIN_INTERVAL_US:
+        raise SmlensError(
+            f"--interval-us must be at least {MIN_INTERVAL_US} (10 kHz), got {args.interval_us}."
+        )
+    limits = thresholds.load(args.thresholds)
+    if args.from_json is not None:
+        recording = Recording.load(args.from_json)
+    else:
+        from smlens.profile.cupti_session import capture, import_cupti, resolve_gpu
+
+        import_cupti()
+        gpu = resolve_gpu(str(args.gpu))
+        recording = capture(
+            gpu, args.seconds, args.interval_us * 1000, lambda e, n: _progress(e, n, args.seconds)
+        )
+        print(file=sys.stderr)
+    if len(recording) == 0:
+        raise SmlensError("the capture holds no sample (the GPU clock did not advance?).")
+    summary = summarize(recording, limits.hollow_sm_active)
+    page = render_html(recording, summary)
+    if args.out == "-":
+        sys.stdout.write(page)
+        print(render_text(summary), file=sys.stderr)
+    else:
+        _write(Path(args.out), page)
+        print(render_text(summary))
+        print(f"report: {args.out}")
+    if args.json is not None:
+        _write(args.json, json.dumps({"summary": summary, "capture": recording.to_json()}))
+        if args.out != "-":
+            print(f"samples and summary: {args.json}")
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise SmlensError(f"cannot write {path}: {exc.strerror}.") from None

@@ -1,0 +1,98 @@
+"""A capture as recorded: raw counter values per PM sample, the counters' peaks and where they came from.
+
+This is what ``smlens profile --json`` writes under ``capture`` and what the test fixtures hold, so the
+analysis can be re-run on any capture without a GPU. No CUPTI here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smlens.errors import SmlensError
+from smlens.profile.counters import COUNTERS, PEAK_OF
+
+FORMAT = "smlens-profile/1"
+
+
+class RecordingError(SmlensError):
+    """A recording that cannot be read; the message is one sentence for the user."""
+
+
+@dataclass
+class Recording:
+    gpu: Mapping[str, Any]  # index, uuid, name
+    chip: str
+    interval_ns: int
+    counters: Sequence[str]
+    peaks: Mapping[str, float]  # counter -> peak per elapsed cycle, from CUPTI
+    start_ns: np.ndarray  # int64, GPU global timer
+    end_ns: np.ndarray
+    values: np.ndarray  # float64, samples x counters
+    notes: dict[str, Any] = field(default_factory=dict)  # decode statistics, overflow...
+
+    def column(self, counter: str) -> np.ndarray:
+        return np.asarray(self.values[:, list(self.counters).index(counter)])
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        rows = [
+            [int(s), int(e), *(float(v) for v in row)]
+            for s, e, row in zip(self.start_ns, self.end_ns, self.values, strict=True)
+        ]
+        return {
+            "format": FORMAT,
+            "gpu": dict(self.gpu),
+            "chip": self.chip,
+            "interval_ns": self.interval_ns,
+            "counters": list(self.counters),
+            "peaks": dict(self.peaks),
+            "notes": self.notes,
+            "samples": rows,
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> Recording:
+        try:
+            if data.get("format") != FORMAT:
+                raise RecordingError(f"not a smlens profile recording (format {data.get('format')!r})")
+            counters = [str(c) for c in data["counters"]]
+            missing = [c for c in COUNTERS if c not in counters] + [
+                c for c in PEAK_OF if c not in data["peaks"]
+            ]
+            if missing:
+                raise RecordingError(f"the recording lacks {', '.join(missing)}")
+            rows = np.asarray(data["samples"], dtype=np.float64).reshape(-1, 2 + len(counters))
+            stamps = np.asarray([r[:2] for r in data["samples"]], dtype=np.int64).reshape(-1, 2)
+            return Recording(
+                gpu=dict(data.get("gpu", {})),
+                chip=str(data["chip"]),
+                interval_ns=int(data["interval_ns"]),
+                counters=counters,
+                peaks={str(k): float(v) for k, v in data["peaks"].items()},
+                start_ns=stamps[:, 0],
+                end_ns=stamps[:, 1],
+                values=rows[:, 2:],
+                notes=dict(data.get("notes", {})),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, RecordingError):
+                raise
+            raise RecordingError(f"the recording is malformed ({exc})") from None
+
+    @staticmethod
+    def load(path: Path) -> Recording:
+        try:
+            with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
+                data = json.load(f)
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RecordingError(f"cannot read {path}: {exc}") from None
+        return Recording.from_json(data.get("capture", data) if isinstance(data, dict) else data)

@@ -1,0 +1,75 @@
+"""The summary of a capture: what the terminal prints, ``--json`` writes and the report shows."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from smlens.profile import analysis
+from smlens.profile.counters import RATIOS
+from smlens.profile.recording import Recording
+
+
+def summarize(recording: Recording, hollow_threshold: float) -> dict[str, Any]:
+    s = analysis.series(recording)
+    seconds = float(s.seconds.sum())
+    means = {
+        r.key: (float(np.average(s.ratio(r.key), weights=s.seconds)) if seconds > 0 else None) for r in RATIOS
+    }
+    period = analysis.step_period(s)
+    step: dict[str, Any] | None = None
+    if period is not None:
+        step = {**asdict(period), "breakdown": asdict(analysis.breakdown(s, period, hollow_threshold))}
+    span = (int(s.start_ns[-1]) - int(s.start_ns[0])) / 1e9 + float(s.seconds[-1]) if len(s) else 0.0
+    return {
+        "gpu": dict(recording.gpu),
+        "chip": recording.chip,
+        "samples": len(s),
+        "interval_us": recording.interval_ns / 1000,
+        "span_s": span,
+        "sampled_s": seconds,
+        "means": means,
+        "hollow_threshold": hollow_threshold,
+        "hollow_share_of_busy": analysis.hollow_share(s, hollow_threshold),
+        "sm_activity_of_busy_time": [
+            {"low": lo, "high": hi, "share_of_busy": share}
+            for lo, hi, share in analysis.activity_histogram(s)
+        ],
+        "step": step,
+        "peaks": dict(recording.peaks),
+        "decode": dict(recording.notes),
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:5.1f} %"
+
+
+def render_text(summary: dict[str, Any]) -> str:
+    gpu = summary["gpu"]
+    means = summary["means"]
+    lines = [
+        f"GPU {gpu.get('index', '?')} {gpu.get('name', '')} {gpu.get('uuid', '')}".rstrip(),
+        f"  {summary['samples']} samples every {summary['interval_us']:g} us over {summary['span_s']:.2f} s",
+        f"  kernel running   {_pct(means['busy'])}   (NVML 'utilization' counts this)",
+        f"  SM active        {_pct(means['sm_active'])}",
+        f"  SM occupancy     {_pct(means['occupancy'])}",
+        f"  tensor pipes     {_pct(means['tensor'])}",
+        f"  DRAM bandwidth   {_pct(means['dram'])}",
+        f"  hollow share of busy time {_pct(summary['hollow_share_of_busy'])}"
+        f"   (samples with SM active <= {summary['hollow_threshold']:g})",
+    ]
+    step = summary["step"]
+    if step is None:
+        lines.append("  no repeating step detected")
+    else:
+        b = step["breakdown"]
+        lines.append(
+            f"  step period {1e3 * step['seconds']:.2f} ms ({step['repeats']} steps, autocorrelation "
+            f"{step['strength']:.2f}): working {1e3 * b['working_s']:.2f} ms, "
+            f"hollow {1e3 * b['hollow_s']:.2f} ms, "
+            f"idle {1e3 * b['idle_s']:.2f} ms"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,240 @@
+"""`smlens profile`'s analysis on captures recorded on an H200 (tests/fixtures/profile/, written by
+bench/truth/profile_truth.py). Every expected value comes from outside the code under test: the launch shapes
+and the device's SM count and warps per SM (physics), the %globaltimer stamps the workload wrote at each phase
+boundary, and NVML GPM read by the workload over the same windows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from smlens.profile import analysis
+from smlens.profile.counters import RATIOS, SM_ELAPSED, TENSOR_ACTIVE
+from smlens.profile.cupti_session import fill_timestamps
+from smlens.profile.recording import Recording, RecordingError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "profile"
+GUARD_NS = (
+    2_000_000  # phase edges left out: one sample can hold two phases, and the clocks differ by < 0.3 ms
+)
+HOLLOW = 0.3  # thresholds.yaml's hollow_sm_active
+
+
+def load(name: str) -> tuple[Recording, dict[str, Any]]:
+    with gzip.open(FIXTURES / name, "rt") as f:
+        data = json.load(f)
+    return Recording.from_json(data["capture"]), data
+
+
+@pytest.fixture(scope="module")
+def schedule() -> tuple[analysis.Series, dict[str, Any]]:
+    recording, data = load("h200_schedule.json.gz")
+    return analysis.series(recording), data["phases"]
+
+
+def windows(phases: dict[str, Any], name: str) -> list[tuple[int, int]]:
+    stamps, names = phases["stamps"], phases["names"]
+    return [(stamps[i], stamps[i + 1]) for i, n in enumerate(names[:-1]) if n == name]
+
+
+def phase_mean(s: analysis.Series, phases: dict[str, Any], name: str, key: str) -> float:
+    """Mean over every sample lying wholly inside one of the phase's windows, edges left out."""
+    end = s.start_ns + (s.seconds * 1e9).astype(np.int64)
+    inside = np.zeros(len(s), dtype=bool)
+    for lo, hi in windows(phases, name):
+        inside |= (s.start_ns >= lo + GUARD_NS) & (end <= hi - GUARD_NS)
+    assert inside.sum() > 100
+    return float(s.ratio(key)[inside].mean())
+
+
+@pytest.mark.parametrize(
+    "name", ["spin_one_warp", "spin_half_sms", "spin_warp_per_sm", "spin_full_occupancy"]
+)
+def test_spin_phases_read_what_the_launch_shape_implies(schedule: Any, name: str) -> None:
+    s, phases = schedule
+    sms, per_sm, threads = phases["shapes"][name]
+    sm_count, warps = phases["sm_count"], phases["max_warps_per_sm"]
+    assert phase_mean(s, phases, name, "sm_active") == pytest.approx(sms / sm_count, abs=0.002)
+    occupancy = sms * per_sm * threads / 32 / (sm_count * warps)
+    assert phase_mean(s, phases, name, "occupancy") == pytest.approx(occupancy, abs=0.002)
+    assert phase_mean(s, phases, name, "busy") == pytest.approx(1.0, abs=0.002)
+    assert phase_mean(s, phases, name, "tensor") == 0.0
+
+
+def test_idle_gaps_read_zero(schedule: Any) -> None:
+    s, phases = schedule
+    for key in ("busy", "sm_active", "occupancy", "tensor", "dram"):
+        assert phase_mean(s, phases, "idle", key) < 0.002
+
+
+def test_tensor_needs_cuptis_peak_and_then_matches_gpm() -> None:
+    """The GEMM's tensor pipe counter runs at ~3.7 per elapsed cycle: it must be divided by the peak CUPTI
+    reported (4 on GH100), and then agrees with NVML GPM's tensor activity over the same second."""
+    recording, data = load("h200_steady.json.gz")
+    assert recording.peaks[TENSOR_ACTIVE] == 4.0
+    s = analysis.series(recording)
+    gpm = steady_gpm(data)["gemm_bf16"]
+    lo, hi = steady_window(data, "gemm_bf16")
+    mean, count = analysis.window_mean(s, "tensor", lo, hi)
+    assert count > 500
+    assert mean == pytest.approx(gpm["tensor"], abs=0.02)
+    inside = (s.start_ns >= lo) & (s.start_ns < hi)
+    raw = recording.column(TENSOR_ACTIVE)[inside] / recording.column(SM_ELAPSED)[inside]
+    assert float(raw.mean()) > 3.0  # the raw ratio (the probe's 2.24 was this ratio on mixed phases)
+
+
+def steady_gpm(data: dict[str, Any]) -> dict[str, dict[str, float]]:
+    phases = data["phases"]
+    return {w["name"]: dict(zip(phases["gpm_keys"], w["gpm"], strict=True)) for w in phases["windows"]}
+
+
+def steady_window(data: dict[str, Any], name: str) -> tuple[int, int]:
+    window = next(w for w in data["phases"]["windows"] if w["name"] == name)
+    offset = data["pm_clock_minus_host_ns"]
+    return window["host_ns"][0] + offset + 50_000_000, window["host_ns"][1] + offset - 50_000_000
+
+
+def test_steady_workloads_agree_with_gpm_over_the_same_second() -> None:
+    recording, data = load("h200_steady.json.gz")
+    s = analysis.series(recording)
+    gpm = steady_gpm(data)
+    assert len(gpm) == 8  # idle, four spins, a GEMM, launch-bound GEMMs, a copy
+    for name, reading in gpm.items():
+        lo, hi = steady_window(data, name)
+        for key in ("sm_active", "occupancy", "tensor", "dram"):
+            mean, count = analysis.window_mean(s, key, lo, hi)
+            assert count > 500, (name, key)
+            assert mean == pytest.approx(reading[key], abs=0.02), (name, key)
+
+
+def test_hollow_share_lies_where_the_stamps_put_it(schedule: Any) -> None:
+    """Hollow busy time is at least the one-warp spin's and at most that plus the launch-bound stretch; busy
+    time is at least the full-SM phases' and at most every non-idle phase's length."""
+    s, phases = schedule
+
+    def total(*names: str) -> float:
+        return sum((hi - lo) / 1e9 for n in names for lo, hi in windows(phases, n))
+
+    one, launch = total("spin_one_warp"), total("launch_bound")
+    full = total("spin_half_sms", "spin_warp_per_sm", "spin_full_occupancy", "gemm_bf16")
+    share = analysis.hollow_share(s, HOLLOW)
+    assert share is not None
+    assert one / (one + full + launch) <= share <= (one + launch) / (one + full)
+    histogram = analysis.activity_histogram(s)
+    assert sum(h[2] for h in histogram) == pytest.approx(1.0)
+    assert sum(h[2] for h in histogram if h[1] <= HOLLOW + 1e-9) == pytest.approx(share)
+
+
+def test_step_period_within_five_percent_of_the_stamped_one(schedule: Any) -> None:
+    s, phases = schedule
+    starts = [lo for lo, _ in windows(phases, "idle")]
+    stamped = float(np.mean(np.diff(starts))) / 1e9
+    period = analysis.step_period(s)
+    assert period is not None
+    assert period.seconds == pytest.approx(stamped, rel=0.05)
+    assert period.repeats >= 4
+
+
+def test_typical_step_breaks_down_into_the_stamped_phases(schedule: Any) -> None:
+    s, phases = schedule
+    period = analysis.step_period(s)
+    assert period is not None
+    step = analysis.breakdown(s, period, HOLLOW)
+
+    def mean_length(*names: str) -> float:
+        return sum(float(np.mean([hi - lo for lo, hi in windows(phases, n)])) for n in names) / 1e9
+
+    working = mean_length("spin_half_sms", "spin_warp_per_sm", "spin_full_occupancy", "gemm_bf16")
+    hollow, idle, launch = mean_length("spin_one_warp"), mean_length("idle"), mean_length("launch_bound")
+    slack = 0.003  # a sample or two at each edge, and the steps differ by a few ms
+    assert working - slack <= step.working_s <= working + slack
+    assert hollow - slack <= step.hollow_s <= hollow + launch + slack
+    assert idle - slack <= step.idle_s <= idle + launch + slack
+    assert step.working_s + step.hollow_s + step.idle_s == pytest.approx(step.period_s, abs=1e-9)
+    one_warp = [x for x in step.stretches if x.kind == "hollow" and x.sm_active < 0.02]
+    assert len(one_warp) == 1 and one_warp[0].seconds == pytest.approx(hollow, abs=slack)
+
+
+def test_no_period_in_a_signal_that_does_not_repeat() -> None:
+    n = 3000
+    rng = np.random.default_rng(7)
+    s = synthetic(rng.random(n))
+    assert analysis.step_period(s) is None
+    assert analysis.step_period(synthetic(np.full(n, 0.5))) is None
+
+
+def test_period_of_a_synthetic_square_wave() -> None:
+    pattern = np.concatenate([np.full(30, 0.9), np.full(20, 0.05), np.full(10, 0.0)])
+    s = synthetic(np.tile(pattern, 20))
+    period = analysis.step_period(s)
+    assert period is not None and period.samples == pytest.approx(60, abs=0.5)
+    step = analysis.breakdown(s, period, HOLLOW)
+    assert (step.working_s, step.hollow_s, step.idle_s) == pytest.approx((30e-4, 20e-4, 10e-4))
+
+
+def synthetic(sm_active: np.ndarray) -> analysis.Series:
+    n = len(sm_active)
+    busy = np.where(sm_active > 0.01, 1.0, 0.0)
+    return analysis.Series(
+        start_ns=np.arange(n, dtype=np.int64) * 100_000,
+        seconds=np.full(n, 1e-4),
+        busy=busy,
+        sm_active=sm_active,
+        occupancy=sm_active / 2,
+        tensor=np.zeros(n),
+        dram=np.zeros(n),
+    )
+
+
+def test_samples_without_timestamps_are_placed_only_where_they_fit() -> None:
+    zero = [0, 0]
+    stamps = np.array([zero, [100, 200], zero, zero, [400, 500], zero, zero, zero, [900, 1000], zero])
+    keep, placed = fill_timestamps(stamps, 100)
+    assert placed == 2
+    assert keep.tolist() == [False, True, True, True, True, False, False, False, True, False]
+    assert stamps[2:4].tolist() == [[200, 300], [300, 400]]
+
+
+def test_ratios_are_clamped_and_unclocked_samples_read_zero() -> None:
+    recording, _ = load("h200_schedule.json.gz")
+    values = recording.values[:3].copy()
+    values[0, :] = 0.0  # nothing elapsed
+    values[1, list(recording.counters).index(SM_ELAPSED)] = 1.0  # more active than elapsed cycles
+    short = Recording(
+        recording.gpu,
+        recording.chip,
+        recording.interval_ns,
+        recording.counters,
+        recording.peaks,
+        recording.start_ns[:3],
+        recording.end_ns[:3],
+        values,
+    )
+    s = analysis.series(short)
+    for r in RATIOS:
+        assert s.ratio(r.key)[0] == 0.0
+        assert float(s.ratio(r.key).min()) >= 0.0 and float(s.ratio(r.key).max()) <= 1.0
+    assert s.sm_active[1] == 1.0
+
+
+def test_recording_round_trips_and_bad_ones_get_one_sentence(tmp_path: Path) -> None:
+    recording, _ = load("h200_schedule.json.gz")
+    again = Recording.from_json(json.loads(json.dumps(recording.to_json())))
+    assert np.array_equal(again.values, recording.values)
+    assert np.array_equal(again.start_ns, recording.start_ns)
+    assert again.peaks == recording.peaks
+    bad = recording.to_json()
+    del bad["peaks"]["sm__warps_active.avg"]
+    with pytest.raises(RecordingError, match=r"lacks sm__warps_active\.avg"):
+        Recording.from_json(bad)
+    with pytest.raises(RecordingError, match="not a smlens profile recording"):
+        Recording.from_json({"format": "other"})
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(RecordingError, match="cannot read"):
+        Recording.load(broken)
