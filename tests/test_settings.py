@@ -53,6 +53,27 @@ def test_non_finite_numbers_are_refused_from_flags_and_environment(name: str, va
         resolve("serve", {}, environ={env: value})
 
 
+HUGE = "1" + "0" * 400  # beyond float's range: math.isfinite() of it raises OverflowError
+
+
+@pytest.mark.parametrize("name", ["sim_gpus", "sim_seed", "interval", "duration"])
+def test_a_huge_whole_number_is_one_sentence(tmp_path: Path, name: str) -> None:
+    flag, env = "--" + name.replace("_", "-"), "SMLENS_" + name.upper()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"{name}: {HUGE}\n")
+    for flags, environ, origin in (
+        ({name: HUGE}, {}, flag),
+        ({}, {env: HUGE}, f"environment variable {env}"),
+        ({"config": str(config)}, {}, f"config file option '{name}'"),
+    ):
+        try:
+            resolve("check", flags, environ=environ)
+        except ConfigError as exc:
+            assert str(exc).startswith(f"{origin}: "), exc
+            assert "1000" in str(exc) and "must be" in str(exc), exc
+            assert "\n" not in str(exc)
+
+
 @pytest.mark.parametrize("text", [".nan", ".inf", "-.inf", ".NaN"])
 def test_non_finite_numbers_are_refused_from_the_config_file(tmp_path: Path, text: str) -> None:
     config = tmp_path / "c.yaml"

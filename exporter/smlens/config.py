@@ -35,19 +35,21 @@ Parser = Callable[[Any], Any]
 
 def _number(kind: type[int] | type[float], low: float | None = None, high: float | None = None) -> Parser:
     noun = "a whole number" if kind is int else "a number"
+    bounds = f"must be from {low} to {high}" if high is not None else f"must be at least {low}"
 
     def parse(raw: Any) -> Any:
         if isinstance(raw, bool) or (kind is int and isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(f"must be {noun}")
         try:
             value = kind(raw.strip() if isinstance(raw, str) else raw)
-        except (TypeError, ValueError, OverflowError):
+        except OverflowError:  # float() of a whole number beyond float's range
+            raise ValueError(bounds) from None
+        except (TypeError, ValueError):
             raise ValueError(f"must be {noun}") from None
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # isfinite() of a huge int overflows
             raise ValueError("must be a finite number")
         if (low is not None and value < low) or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise ValueError(f"must be {bounds}")
+            raise ValueError(bounds)
         return value
 
     return parse
@@ -400,7 +402,7 @@ def resolve(
             continue
         try:
             values[o.name] = o.parse(raw)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise ConfigError(f"{origin}: {_shorten(raw)} {exc}.") from None
     settings = COMMANDS[command](**values)
     settings.check()
