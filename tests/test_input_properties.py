@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from smlens import thresholds
@@ -22,13 +22,18 @@ OPTION_NAMES = sorted({o.name for command in ("serve", "check") for o in options
 THRESHOLD_NAMES = [f.name for f in dataclasses.fields(thresholds.Thresholds)]
 PROFILE_KEYS = ["profile", "seconds", "phases", *(f.name for f in dataclasses.fields(Profile))]
 
+HUGE = "1" + "0" * 400  # past float's range: float() and math.isfinite() of it overflow
+# st.integers() rarely leaves 64 bits; whole numbers past float's range need their own strategy.
+huge_integers = st.integers(min_value=300, max_value=4000).map(lambda digits: 10**digits)
+
 scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.integers()
+    | huge_integers
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=20)
-    | st.sampled_from(["nan", ".nan", "inf", "-inf", "1e400", "0", "1", "15m", "0.5", *PROFILES])
+    | st.sampled_from(["nan", ".nan", "inf", "-inf", "1e400", HUGE, "0", "1", "15m", "0.5", *PROFILES])
 )
 values = st.recursive(
     scalars,
@@ -68,11 +73,23 @@ def scenario_document(gpus: list[Any]) -> str:
     return yaml.safe_dump({"gpus": gpus})
 
 
-profile_entries = st.one_of(st.sampled_from(sorted(PROFILES)), st.text(max_size=10), keyed(PROFILE_KEYS))
-phase_lists = st.lists(keyed(PROFILE_KEYS), max_size=3)
+# Mostly well-formed entries with any values, so that the value checks are reached, not only the shape's.
+profile_dicts = st.fixed_dictionaries(
+    {"profile": st.sampled_from(sorted(PROFILES))},
+    optional={key: values for key in PROFILE_KEYS if key != "profile"},
+)
+profile_entries = st.one_of(
+    st.sampled_from(sorted(PROFILES)), st.text(max_size=10), keyed(PROFILE_KEYS), profile_dicts
+)
+phase_lists = st.lists(keyed(PROFILE_KEYS) | profile_dicts, max_size=3)
 scenario_gpus = st.lists(profile_entries | phase_lists.map(lambda phases: {"phases": phases}), max_size=5)
 
 common = settings(max_examples=150, deadline=None)
+flag_values = (
+    st.text(max_size=500)
+    | huge_integers.map(str)
+    | st.sampled_from(["nan", "-inf", "1e999", HUGE, "-" + HUGE])
+)
 
 
 @common
@@ -83,10 +100,8 @@ def test_any_config_file_gives_settings_or_one_sentence(content: str | bytes) ->
 
 @common
 @given(
-    st.dictionaries(
-        st.sampled_from(OPTION_NAMES), st.text(max_size=20) | st.sampled_from(["nan", "-inf", "1e999"])
-    ),
-    st.dictionaries(st.sampled_from(OPTION_NAMES), st.text(max_size=20).filter(lambda t: "\0" not in t)),
+    st.dictionaries(st.sampled_from(OPTION_NAMES), flag_values),
+    st.dictionaries(st.sampled_from(OPTION_NAMES), flag_values.filter(lambda t: "\0" not in t)),
     st.sampled_from(["serve", "check"]),
 )
 def test_any_flags_and_environment_give_settings_or_one_sentence(
@@ -107,5 +122,6 @@ def test_any_thresholds_file_gives_thresholds_or_one_sentence(content: str | byt
 
 @common
 @given(st.one_of(scenario_gpus.map(scenario_document), documents))
+@example(scenario_document([{"phases": [{"profile": "idle", "seconds": int(HUGE)}]}]))
 def test_any_scenario_file_gives_a_scenario_or_one_sentence(content: str | bytes) -> None:
     outcome(load_scenario, content)

@@ -163,6 +163,15 @@ def test_non_finite_thresholds_are_refused(tmp_path: Path, text: str) -> None:
             r"'seconds' must be a positive number, got nan\.",
         ),
         ("gpus: [{profile: [hollow]}]", r"unknown profile \['hollow'\]"),
+        (
+            f"gpus: [{{phases: [{{profile: idle, seconds: {HUGE}}}]}}]",
+            r"'seconds' must be a positive number, got 1000+\.\.\.0+\.$",
+        ),
+        (f"gpus: [{{profile: hollow, sm_active: {HUGE}}}]", r"sm_active must be a ratio from 0 to 1"),
+        (
+            f"gpus: [{{profile: hollow, pcie_bytes_per_second: {HUGE}}}]",
+            r"must be a non-negative number, got 1000+\.\.\.0+\.$",
+        ),
     ],
 )
 def test_scenario_numbers_must_be_finite(tmp_path: Path, text: str, message: str) -> None:

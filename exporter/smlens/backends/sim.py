@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import reprlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -180,16 +181,23 @@ def _profile(raw: Any, where: str) -> Profile:
                 f"{where}: unknown field {key!r}; known: profile, seconds, {', '.join(fields)}."
             )
         ratio_field = not key.endswith("_per_second")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-            or (ratio_field and value > 1)
-        ):
+        number = _finite(value)
+        if number is None or number < 0 or (ratio_field and number > 1):
             bound = "a ratio from 0 to 1" if ratio_field else "a non-negative number"
-            raise ConfigError(f"{where}: {key} must be {bound}, got {value!r}.")
-    return dataclasses.replace(PROFILES[base_name], **{k: float(v) for k, v in overrides.items()})
+            raise ConfigError(f"{where}: {key} must be {bound}, got {reprlib.repr(value)}.")
+        overrides[key] = number
+    return dataclasses.replace(PROFILES[base_name], **overrides)
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float; None for anything else (text, bools, NaN, inf, ints past float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -211,18 +219,15 @@ def load_scenario(path: Path) -> Scenario:
                 raise ConfigError(f"{where}: 'phases' must be a non-empty list.")
             built = []
             for j, phase in enumerate(phases):
-                seconds = phase.get("seconds") if isinstance(phase, dict) else None
-                if (
-                    isinstance(seconds, bool)
-                    or not isinstance(seconds, (int, float))
-                    or not math.isfinite(seconds)
-                    or seconds <= 0
-                ):
+                raw_seconds = phase.get("seconds") if isinstance(phase, dict) else None
+                seconds = _finite(raw_seconds)
+                if seconds is None or seconds <= 0:
                     raise ConfigError(
-                        f"{where}.phases[{j}]: 'seconds' must be a positive number, got {seconds!r}."
+                        f"{where}.phases[{j}]: 'seconds' must be a positive number, "
+                        f"got {reprlib.repr(raw_seconds)}."
                     )
                 here = f"{where}.phases[{j}]"
-                built.append(Phase(_profile(phase, here), float(seconds), _unreadable(phase, here)))
+                built.append(Phase(_profile(phase, here), seconds, _unreadable(phase, here)))
             gpus.append(tuple(built))
         else:
             gpus.append((Phase(_profile(entry, where), 0.0, _unreadable(entry, where)),))
