@@ -124,7 +124,7 @@ def test_admin_token_needs_dcgm_and_a_readable_file(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == (
         "smlens: --admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
     )
-    result = run_cli("serve", "--backend", "sim", "--admin-token-file", str(tmp_path / "absent"))
+    result = run_cli("serve", "--backend", "auto", "--admin-token-file", str(tmp_path / "absent"))
     assert result.returncode == 1
     assert (
         result.stderr.strip()

@@ -111,6 +111,14 @@ def test_whole_numbers_are_whole(tmp_path: Path) -> None:
         ({"backend": "nvml", "sim_pods": "pods.yaml"}, "--sim-pods applies only to --backend sim."),
         ({"backend": "sim", "process_attribution": True}, "needs --backend nvml or auto"),
         ({"dcgm_embedded": True, "dcgm_hostengine": "h:5555"}, "exclude each other"),
+        ({"backend": "nvml", "admin_token_file": "t"}, "DCGM is not in use here"),
+        ({"backend": "sim", "admin_token_file": "t"}, "DCGM is not in use here"),
+        ({"backend": "nvml", "sim_scenario": "s.yaml"}, "^--sim-scenario applies only to --backend sim.$"),
+        (
+            {"backend": "sim", "dcgm_embedded": True},
+            "^--dcgm-embedded applies only to --backend auto or dcgm.$",
+        ),
+        ({"backend": "nvml", "dcgm_hostengine": "h"}, "^--dcgm-hostengine applies only to --backend auto or"),
     ],
 )
 def test_rules_between_values_are_checked_with_the_values(flags: dict[str, object], message: str) -> None:
@@ -250,13 +258,16 @@ def test_bad_input_stops_serve_before_the_sampler_starts(tmp_path: Path) -> None
     two_lines = token_file(tmp_path, b"first-line-secret-token\nsecond-line-secret-token\n")
     scenario = tmp_path / "s.yaml"
     scenario.write_text("gpus: [{profile: hollow, sm_active: .nan}]\n")
-    cases = [
-        (["--admin-token-file", str(two_lines)], "must hold exactly one line"),
-        (["--sim-scenario", str(scenario)], "sm_active must be a ratio from 0 to 1, got nan"),
-        (["--interval", "nan"], "--interval: 'nan' must be a finite number."),
+    cases = [  # the token file is read before NVML opens, with a backend that can pause
+        (["--backend", "auto", "--admin-token-file", str(two_lines)], "must hold exactly one line"),
+        (
+            ["--backend", "sim", "--sim-scenario", str(scenario)],
+            "sm_active must be a ratio from 0 to 1, got nan",
+        ),
+        (["--backend", "sim", "--interval", "nan"], "--interval: 'nan' must be a finite number."),
     ]
     for args, words in cases:
-        result = run_cli("serve", "--backend", "sim", "--listen", "127.0.0.1:1", *args, timeout=30)
+        result = run_cli("serve", "--listen", "127.0.0.1:1", *args, timeout=30)
         assert result.returncode == 1, (args, result.stderr)
         assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr  # one line
         assert words in result.stderr and result.stderr.startswith("smlens: "), result.stderr

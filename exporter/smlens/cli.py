@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from smlens import __version__, thresholds
 from smlens.backends.base import ProfilingControl
-from smlens.backends.registry import KINDS
-from smlens.config import CheckSettings, ServeSettings, SourceSettings, add_flags, resolve
+from smlens.config import (
+    NOT_PAUSABLE,
+    CheckSettings,
+    ServeSettings,
+    SourceSettings,
+    add_flags,
+    resolve,
+)
 from smlens.errors import ConfigError, SmlensError
 from smlens.profile.command import add_parser as add_profile_parser
 
@@ -70,11 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 def _admin_control(sampler: Sampler) -> ProfilingControl:
     control = next((b for b in sampler.backends if isinstance(b, ProfilingControl)), None)
     if control is None:
-        raise ConfigError(_NOT_PAUSABLE)
+        raise ConfigError(NOT_PAUSABLE)  # auto/dcgm: DCGM's presence is known only once it is opened
     return control
-
-
-_NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
 
 
 def _serve(settings: ServeSettings) -> int:
@@ -86,8 +89,6 @@ def _serve(settings: ServeSettings) -> int:
 
     limits = thresholds.load(settings.thresholds)
     token = read_token(settings.admin_token_file) if settings.admin_token_file else None
-    if token is not None and not KINDS[settings.backend].pausable:
-        raise ConfigError(_NOT_PAUSABLE)
     sampler = build_sampler(settings)
     try:
         publisher = Publisher()

@@ -28,6 +28,7 @@ from smlens.errors import ConfigError
 from smlens.yamlfile import read_yaml
 
 DEFAULT_PORT = 10132
+NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
 CONFIG_ENV = "SMLENS_CONFIG"
 
 Parser = Callable[[Any], Any]
@@ -201,7 +202,11 @@ class SourceSettings:
     )
     sim_seed: int = option(_number(int, 0), 0, "seed of the simulated node's noise", SIM, metavar="N")
     sim_scenario: Path | None = option(
-        _path, None, "YAML file of time-varying simulated GPU phases", SIM, metavar="FILE"
+        _path,
+        None,
+        "YAML file of time-varying simulated GPU phases; overrides --sim-gpus",
+        SIM,
+        metavar="FILE",
     )
     dcgm_hostengine: str | None = option(
         _text, None, "nv-hostengine to use: HOST[:PORT] or unix:///path", DCGM,
@@ -221,9 +226,18 @@ class SourceSettings:
         return self.hostname or socket.gethostname()
 
     def check(self) -> None:
-        """Rules between values; raises ConfigError with one sentence."""
+        """Rules between values; raises ConfigError with one sentence.
+
+        An option that the chosen backend would ignore is refused rather than dropped silently; only
+        --sim-gpus and --sim-seed, which have defaults, cannot be told apart from unset and are let through.
+        """
         if self.dcgm_embedded and self.dcgm_hostengine is not None:
             raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
+        if self.sim_scenario is not None and self.backend != "sim":
+            raise ConfigError("--sim-scenario applies only to --backend sim.")
+        dcgm_option = "--dcgm-embedded" if self.dcgm_embedded else "--dcgm-hostengine"
+        if (self.dcgm_embedded or self.dcgm_hostengine is not None) and self.backend not in ("auto", "dcgm"):
+            raise ConfigError(f"{dcgm_option} applies only to --backend auto or dcgm.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +317,8 @@ class ServeSettings(SourceSettings):
             )
         if self.sim_pods is not None and self.backend != "sim":
             raise ConfigError("--sim-pods applies only to --backend sim.")
+        if self.admin_token_file is not None and not KINDS[self.backend].pausable:
+            raise ConfigError(NOT_PAUSABLE)
         if self.process_attribution and self.backend == "sim":
             raise ConfigError(
                 "--process-attribution reads NVML's process lists and needs --backend nvml or auto."
