@@ -63,8 +63,8 @@ PCIE_RX_BYTES = "pcie_rx_bytes"
 NVLINK_TX_BYTES = "nvlink_tx_bytes"
 NVLINK_RX_BYTES = "nvlink_rx_bytes"
 
-# A snapshot older than this many sampling intervals (and at least STALE_MIN_SECONDS) is stale:
-# /-/ready fails and the SmlensSamplingStalled alert fires.
+# A snapshot older than this many sampling intervals is stale. /-/ready fails past the larger of that and
+# STALE_MIN_SECONDS; the SmlensSamplingStalled alert has no floor (its `for:` gives the slack instead).
 STALE_INTERVALS = 3
 STALE_MIN_SECONDS = 5.0
 
