@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from smlens import names as n
 from smlens import thresholds
 from smlens.errors import ConfigError
 from smlens.verdict import judge
@@ -54,3 +55,17 @@ def test_override_file_changes_thresholds_and_rejects_nonsense(tmp_path: Path) -
     path.write_text("hollow_for: soon\n")
     with pytest.raises(ConfigError, match="must be a Prometheus duration"):
         thresholds.load(path)
+
+
+def test_every_code_judge_gives_is_a_listed_code_and_every_listed_code_is_given() -> None:
+    """VERDICT_CODES is the API's list (verdict.code); down comes from the sampler, the rest from judge."""
+    ratios = (None, 0.0, 0.005, 0.05, 0.3, 0.6, 0.9, 1.0)
+    given = {
+        judge(LIMITS, util, sm, occ, tensor, dram).code
+        for util in ratios
+        for sm in ratios
+        for occ in ratios
+        for tensor in (None, 0.0, 0.9)
+        for dram in (None, 0.0, 0.9)
+    }
+    assert given | {n.VERDICT_DOWN} == set(n.VERDICT_CODES)

@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
 from smlens.model import GpuIdentity
-from smlens.names import GPU_LABELS, OWNER_LABELS, SLURM_JOB
+from smlens.names import CONTAINER, GPU_LABELS, NAMESPACE, OWNER_LABELS, POD, SLURM_JOB, UUID
 
 _WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, SLURM_JOB)
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
@@ -24,12 +24,12 @@ def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> I
     for uuid in {a.gpu_uuid for a in attribution.allocations if a.gpu_uuid is not None}:
         owner = attribution.sole_owner(uuid)
         if owner is not None:
-            owners[uuid] = {"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
+            owners[uuid] = {NAMESPACE: owner.namespace, POD: owner.pod, CONTAINER: owner.container}
     for family in families:
         if owners and not family.name.startswith(_OWN_LABELS):
             family.samples = [
-                sample._replace(labels={**sample.labels, **owners[sample.labels["uuid"]]})
-                if sample.labels.get("uuid") in owners
+                sample._replace(labels={**sample.labels, **owners[sample.labels[UUID]]})
+                if sample.labels.get(UUID) in owners
                 else sample
                 for sample in family.samples
             ]
