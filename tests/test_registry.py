@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+import smlens.backends
 from conftest import run_cli
 from smlens import cli
 from smlens.backends.base import Backend, ProfilingControl
@@ -23,6 +25,21 @@ def test_backend_choices_come_from_the_registry() -> None:
     assert backend.choices == tuple(KINDS) == ("auto", "nvml", "dcgm", "sim")
     assert {k.name for k in KINDS.values() if k.pausable} == {"auto", "dcgm"}
     assert {k.name for k in KINDS.values() if not k.profiling} == {"nvml"}
+
+
+def test_the_backends_import_no_higher_layer() -> None:
+    """Not even for type checking: the registry reads the settings through its own Protocol."""
+    higher = ("smlens.config", "smlens.cli", "smlens.runtime", "smlens.app", "smlens.sampler")
+    for module in Path(smlens.backends.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            assert not [name for name in names if name.startswith(higher)], module
 
 
 def test_the_sim_kind_opens_a_simulated_node() -> None:

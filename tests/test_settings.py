@@ -12,9 +12,10 @@ import pytest
 from conftest import run_cli
 from smlens import thresholds
 from smlens.admin import read_token
-from smlens.backends.sim import MAX_SIM_GPUS, load_scenario
+from smlens.backends.sim import load_scenario
 from smlens.config import CheckSettings, ServeSettings, resolve
 from smlens.errors import ConfigError
+from smlens.names import MAX_SIM_GPUS
 
 
 def test_one_typed_frozen_object_per_command_with_defaults_parsed() -> None:

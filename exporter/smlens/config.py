@@ -23,8 +23,8 @@ from typing import Any, Literal, overload
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.backends.registry import KINDS
-from smlens.backends.sim import MAX_SIM_GPUS
 from smlens.errors import ConfigError
+from smlens.names import MAX_SIM_GPUS
 from smlens.yamlfile import read_yaml
 
 DEFAULT_PORT = 10132

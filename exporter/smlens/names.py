@@ -63,6 +63,9 @@ PCIE_RX_BYTES = "pcie_rx_bytes"
 NVLINK_TX_BYTES = "nvlink_tx_bytes"
 NVLINK_RX_BYTES = "nvlink_rx_bytes"
 
+# Most GPUs of a simulated node (--sim-gpus and scenario files alike): a simulated node stays node-sized.
+MAX_SIM_GPUS = 64
+
 # A snapshot older than this many sampling intervals is stale. /-/ready fails past the larger of that and
 # STALE_MIN_SECONDS; the SmlensSamplingStalled alert has no floor (its `for:` gives the slack instead).
 STALE_INTERVALS = 3

@@ -10,16 +10,37 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendUnavailable
 from smlens.model import GpuIdentity
 
-if TYPE_CHECKING:
-    from smlens.config import SourceSettings
-
 log = logging.getLogger(__name__)
+
+
+class SourceSettings(Protocol):
+    """What opening a backend reads; ``smlens.config.SourceSettings`` provides it (the layer above)."""
+
+    @property
+    def interval(self) -> float: ...
+    @property
+    def node_name(self) -> str: ...
+    @property
+    def energy_interval(self) -> float: ...
+    @property
+    def utilization_interval(self) -> float: ...
+    @property
+    def sim_gpus(self) -> int: ...
+    @property
+    def sim_seed(self) -> int: ...
+    @property
+    def sim_scenario(self) -> Path | None: ...
+    @property
+    def dcgm_hostengine(self) -> str | None: ...
+    @property
+    def dcgm_embedded(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ SIM_MEMORY_BYTES = 141 * 1024**3
 SIM_POWER_LIMIT_WATTS = 700.0
 SIM_MAX_SM_CLOCK_HERTZ = 1.98e9
 NOISE = 0.02
-MAX_SIM_GPUS = 64  # for --sim-gpus and scenario files alike: a simulated node stays node-sized
 
 
 @dataclass(frozen=True)
@@ -205,10 +204,10 @@ def load_scenario(path: Path) -> Scenario:
     raw = read_yaml(path, "scenario file")
     if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) or not raw["gpus"]:
         raise ConfigError(f"scenario file {path} needs a non-empty list under 'gpus'.")
-    if len(raw["gpus"]) > MAX_SIM_GPUS:
+    if len(raw["gpus"]) > n.MAX_SIM_GPUS:
         raise ConfigError(
             f"scenario file {path} lists {len(raw['gpus'])} GPUs; a simulated node has at most "
-            f"{MAX_SIM_GPUS}."
+            f"{n.MAX_SIM_GPUS}."
         )
     gpus: list[tuple[Phase, ...]] = []
     for i, entry in enumerate(raw["gpus"]):
