@@ -32,10 +32,21 @@ def gpm(sm: float, seconds: float) -> Reading:
 def test_fold_is_pure() -> None:
     totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={13: 1})
     readings = [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)]
-    before = copy.deepcopy((totals, readings))
-    first = fold(GPU, totals, readings, {}, True, GPM)
-    assert fold(GPU, totals, readings, {}, True, GPM) == first
-    assert (totals, readings) == before
+    missing = {n.SM_OCCUPANCY: "not_supported"}
+    before = copy.deepcopy((totals, readings, missing))
+    first = fold(GPU, totals, readings, missing, True, GPM)
+    assert fold(GPU, totals, readings, missing, True, GPM) == first
+    assert (totals, readings, missing) == before
+
+
+def test_what_fold_returns_cannot_be_changed_in_place() -> None:
+    """A published state must not change when the sampler holds on to the totals it came with."""
+    totals, state = fold(
+        GPU, GpuTotals(), [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)], {}, True, GPM
+    )
+    for mapping in (totals.activity, totals.ratios, totals.increments, totals.xids, state.xid_totals):
+        with pytest.raises(TypeError):
+            mapping[13] = 5  # type: ignore[index]
 
 
 def test_integrals_add_up_and_counters_accumulate() -> None:

@@ -17,7 +17,7 @@ from smlens.profiling_policy import ProfilingChoice
 
 @dataclass(frozen=True)
 class GpuTotals:
-    """What one GPU accumulates across ticks."""
+    """What one GPU accumulates across ticks; fold() returns it with read-only mappings."""
 
     activity: Mapping[str, Activity] = field(default_factory=dict)
     ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
@@ -64,6 +64,7 @@ def fold(
     gauges.update({key: ratio for key, (_, ratio) in ratios.items()})
     device_totals.update(increments)
     delivered = choice.delivered(readings)
+    xid_totals = MappingProxyType(xids)  # shared by totals and state, so read-only for both
     state = GpuState(
         identity=identity,
         up=up,
@@ -71,7 +72,7 @@ def fold(
         activity_totals=MappingProxyType({k: activity[k] for k in ACTIVITIES if k in activity}),
         totals=MappingProxyType(device_totals),
         clock_events=MappingProxyType(clock_events),
-        xid_totals=MappingProxyType(xids),
+        xid_totals=xid_totals,
         missing=MappingProxyType(all_missing),
         profiling_source=choice.source,
         profiling_available=delivered,
@@ -79,4 +80,7 @@ def fold(
         sources=tuple(r.source for r in readings),
         profiling_mode=next((r.profiling_mode for r in readings if r.source == choice.source), ""),
     )
-    return GpuTotals(activity, ratios, increments, xids), state
+    frozen = GpuTotals(
+        MappingProxyType(activity), MappingProxyType(ratios), MappingProxyType(increments), xid_totals
+    )
+    return frozen, state
