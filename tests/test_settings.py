@@ -30,6 +30,12 @@ def test_one_typed_frozen_object_per_command_with_defaults_parsed() -> None:
         serve.interval = 2.0  # type: ignore[misc]
 
 
+def test_port_0_means_any_free_port_and_65536_is_refused() -> None:
+    assert resolve("serve", {"listen": "127.0.0.1:0"}, environ={}).listen == ("127.0.0.1", 0)
+    with pytest.raises(ConfigError, match=r"^--listen: '127.0.0.1:65536' must be HOST:PORT"):
+        resolve("serve", {"listen": "127.0.0.1:65536"}, environ={})
+
+
 def test_check_options_come_from_the_environment_too() -> None:
     check = resolve("check", {}, environ={"SMLENS_DURATION": "10", "SMLENS_JSON": "true"})
     assert (check.duration, check.json) == (10.0, True)

@@ -103,8 +103,8 @@ def _flag(raw: Any) -> bool:
 def parse_listen(raw: Any) -> tuple[str, int]:
     text = _text(raw)
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("must be HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:10132")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError("must be HOST:PORT with a port from 0 (any free port) to 65535, e.g. 0.0.0.0:10132")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -245,7 +245,11 @@ class ServeSettings(SourceSettings):
     """``smlens serve``."""
 
     listen: tuple[str, int] = option(
-        parse_listen, f"0.0.0.0:{DEFAULT_PORT}", "address to serve on", SERVE, metavar="HOST:PORT"
+        parse_listen,
+        f"0.0.0.0:{DEFAULT_PORT}",
+        "address to serve on (port 0: any free port)",
+        SERVE,
+        metavar="HOST:PORT",
     )
     admin_token_file: Path | None = option(
         _path,
