@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ExporterFactory, free_port, require_tool, run_cli
+from conftest import REPO, ExporterFactory, free_port, require_tool, run_cli
 
 OWNER_LABELS = {"namespace", "pod", "container"}
 
@@ -160,3 +162,27 @@ def test_help_shows_each_default_once_its_env_name_and_choices_and_fits_a_termin
     assert "--backend {auto,nvml,dcgm,sim}" in serve and "(default auto; env SMLENS_BACKEND)" in serve
     assert "(default 0.0.0.0:10132; env SMLENS_LISTEN)" in serve
     assert len(run_cli("serve", "--help", env={"COLUMNS": "100"}).stdout.splitlines()) <= 70
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`smlens check --json | head -c 10`: the broken pipe ends smlens quietly."""
+    command = [
+        sys.executable,
+        "-m",
+        "smlens",
+        "check",
+        "--backend",
+        "sim",
+        "--duration",
+        "0.5",
+        "--json",
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # before smlens prints: its write meets a closed pipe
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=60) == 141, stderr
+    assert stderr == "", stderr

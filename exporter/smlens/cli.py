@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -164,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of stdout left (`smlens check --json | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush would fail too
+        return 141  # 128 + SIGPIPE, as a shell reports a tool that the signal ended
 
 
 if __name__ == "__main__":
