@@ -12,7 +12,7 @@ import smlens.backends
 from conftest import run_cli
 from smlens import cli
 from smlens.backends.base import Backend, ProfilingControl
-from smlens.backends.registry import KINDS
+from smlens.backends.registry import KINDS, Opened
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.config import options, resolve
 from smlens.errors import ConfigError
@@ -97,3 +97,15 @@ def test_an_admin_token_on_a_backend_that_cannot_pause_is_refused_before_nvml_op
     assert result.stderr == (
         "smlens: --admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here.\n"
     )
+
+
+def test_opened_closes_the_device_source_when_an_extra_fails_to_close() -> None:
+    class FailsToClose(Pausable):
+        def close(self) -> None:
+            raise RuntimeError("stuck")
+
+    device = SimBackend(Scenario.steady(1))
+    closed: list[str] = []
+    device.close = lambda: closed.append("device")  # type: ignore[method-assign]
+    Opened(device, device.discover(), [FailsToClose()]).close()
+    assert closed == ["device"]

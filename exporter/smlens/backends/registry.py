@@ -52,8 +52,12 @@ class Opened:
     extras: list[Backend]
 
     def close(self) -> None:
+        """Close each one, even when closing another failed (as Sampler.close does)."""
         for backend in (*reversed(self.extras), self.device):
-            backend.close()
+            try:
+                backend.close()
+            except Exception as exc:
+                log.warning("closing backend %s failed: %s", backend.name, exc)
 
 
 @dataclass(frozen=True)
