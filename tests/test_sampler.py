@@ -214,3 +214,15 @@ def test_a_later_profiling_backend_is_offered_only_the_gpus_no_earlier_one_serve
     assert offered == [["GPU-1"]]
     snap = sampler.tick()
     assert [g.profiling_source for g in snap.gpus] == ["prof", "fallback"]
+
+
+def test_a_backend_is_charged_for_its_read_not_for_logging_its_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sampler, devices, clock = make()
+    sampler.tick()
+    devices.lost.add(1)
+    monkeypatch.setattr("smlens.sampler.log.error", lambda *args: setattr(clock, "now", clock.now + 100.0))
+    snap = advance(sampler, clock, 1.0)
+    (dev,) = (b for b in snap.backends if b.name == "dev")
+    assert dev.last_duration_seconds < 1.0

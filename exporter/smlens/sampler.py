@@ -145,7 +145,11 @@ class Sampler:
             health, name = source.health, source.backend.name
             started = self._clock()
             try:
-                readings.append(source.backend.read(ident, now))
+                try:
+                    reading = source.backend.read(ident, now)
+                finally:  # the read only, not the logging of its failure
+                    health.spent(self._clock() - started)
+                readings.append(reading)
             except GpuLostError as exc:
                 health.gpu_lost(exc.reason)
                 gpu.lost, up = True, False
@@ -156,8 +160,6 @@ class Sampler:
                 missing[name] = reason
                 if source.backend is self._device:
                     up = False
-            finally:
-                health.spent(self._clock() - started)
         return readings, missing, up
 
     def start(self) -> None:
