@@ -27,7 +27,7 @@ class BackendHealth:
     last_duration: float = 0.0
     duration_total: float = 0.0
     samples: int = 0
-    _first_failure: str | None = None
+    _first_failure: str | None = field(default=None, init=False)
 
     def begin_tick(self) -> None:
         self._first_failure = None
