@@ -140,10 +140,12 @@ def _check(settings: CheckSettings) -> int:
 
 
 def _run(settings: SourceSettings) -> int:
+    """The handler of the command whose settings these are, whatever -O does to asserts."""
     if isinstance(settings, ServeSettings):
         return _serve(settings)
-    assert isinstance(settings, CheckSettings)
-    return _check(settings)
+    if isinstance(settings, CheckSettings):
+        return _check(settings)
+    raise TypeError(f"no handler for {type(settings).__name__}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
