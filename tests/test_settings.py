@@ -92,6 +92,13 @@ def test_non_finite_numbers_are_refused_from_the_config_file(tmp_path: Path, tex
         resolve("serve", {"config": str(config)}, environ={})
 
 
+def test_a_config_option_spelled_twice_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("sim-gpus: 2\nsim_gpus: 3\n")
+    with pytest.raises(ConfigError, match=r"option 'sim_gpus' is given twice \(- and _ spell it alike\)\.$"):
+        resolve("serve", {"config": str(config)}, environ={})
+
+
 def test_a_config_key_without_a_value_leaves_the_option_at_its_default(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("interval:\nhostname:\n")

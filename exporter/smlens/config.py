@@ -388,6 +388,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name not in known:
             raise ConfigError(f"config file {path}: unknown option {str(key)!r}.")
+        if name in values:
+            raise ConfigError(f"config file {path}: option {name!r} is given twice (- and _ spell it alike).")
         values[name] = value
     return values
 
