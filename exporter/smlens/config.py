@@ -148,7 +148,8 @@ def option(
     return field(metadata={"option": {**spec, "is_switch": switch}})
 
 
-SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
+GENERAL, SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
+    "general",
     "data source",
     "simulated node (--backend sim)",
     "DCGM, for GPUs without GPM (docs/dcgm.md)",
@@ -188,13 +189,13 @@ class SourceSettings:
         SOURCE,
     )
     thresholds: Path | None = option(
-        _path, None, "YAML file overriding the shipped verdict thresholds", SOURCE, metavar="FILE"
+        _path, None, "YAML file overriding the shipped verdict thresholds", GENERAL, metavar="FILE"
     )
     log_level: str = option(
         _choice("debug", "info", "warning", "error"),
         "info",
         "log level",
-        SOURCE,
+        GENERAL,
         choices=("debug", "info", "warning", "error"),
     )
     sim_gpus: int = option(
@@ -362,7 +363,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--config", metavar="FILE", help=f"YAML file of options, keys as the flag names (env {CONFIG_ENV})"
     )
-    groups: dict[str, Any] = {}
+    groups: dict[str, Any] = {GENERAL: parser.add_argument_group(GENERAL)}  # first, whatever the field order
     for o in options(command):
         group = groups.get(o.group) or groups.setdefault(o.group, parser.add_argument_group(o.group))
         default = _shown_default(o)
