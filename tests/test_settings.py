@@ -13,7 +13,7 @@ from conftest import run_cli
 from smlens import thresholds
 from smlens.admin import read_token
 from smlens.backends.sim import load_scenario
-from smlens.config import CheckSettings, ServeSettings, resolve
+from smlens.config import CheckSettings, Option, ServeSettings, resolve
 from smlens.errors import ConfigError
 from smlens.names import MAX_SIM_GPUS
 
@@ -90,6 +90,11 @@ def test_non_finite_numbers_are_refused_from_the_config_file(tmp_path: Path, tex
     config.write_text(f"sim_gpus: {text}\n")
     with pytest.raises(ConfigError, match=r"^config file option 'sim_gpus': .* must be a whole number\.$"):
         resolve("serve", {"config": str(config)}, environ={})
+
+
+def test_an_option_taking_a_value_names_it_in_help() -> None:
+    with pytest.raises(TypeError, match="needs a metavar"):
+        Option(name="timeout", parse=float, default=None, help="seconds", group="g")
 
 
 def test_a_config_option_spelled_twice_is_refused(tmp_path: Path) -> None:

@@ -122,6 +122,10 @@ class Option:
     choices: tuple[str, ...] = ()
     is_switch: bool = False
 
+    def __post_init__(self) -> None:
+        if not (self.metavar or self.choices or self.is_switch):
+            raise TypeError(f"option {self.name} needs a metavar for --help")
+
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
@@ -170,7 +174,9 @@ class SourceSettings:
         SOURCE,
         choices=tuple(KINDS),
     )
-    interval: float = option(_number(float, 0.1, 60.0), 1.0, "sampling interval in seconds, 0.1-60", SOURCE)
+    interval: float = option(
+        _number(float, 0.1, 60.0), 1.0, "sampling interval in seconds, 0.1-60", SOURCE, metavar="S"
+    )
     hostname: str | None = option(
         _text, None, "value of the hostname label; the Helm chart passes the node name", SOURCE,
         metavar="NAME", shown="the OS hostname",
@@ -180,6 +186,7 @@ class SourceSettings:
         15.0,
         "seconds between energy-counter reads (~4 ms per GPU)",
         SOURCE,
+        metavar="S",
     )
     utilization_interval: float = option(
         _number(float, 0.1, 10.0),
@@ -187,6 +194,7 @@ class SourceSettings:
         "seconds between reads of the driver's utilization samples (~2 ms per GPU; every sample "
         "since the last read counts, so the counters stay exact)",
         SOURCE,
+        metavar="S",
     )
     thresholds: Path | None = option(
         _path, None, "YAML file overriding the shipped verdict thresholds", GENERAL, metavar="FILE"
@@ -274,12 +282,14 @@ class ServeSettings(SourceSettings):
         DEFAULT_INTERVAL,
         "seconds between attribution refreshes (kubelet, NVML process lists)",
         ATTRIBUTION,
+        metavar="S",
     )
     attribution_timeout: float = option(
         _number(float, 0.1, 60.0),
         DEFAULT_TIMEOUT,
         "seconds the kubelet may take to answer before pod labels are dropped",
         ATTRIBUTION,
+        metavar="S",
     )
     gpu_resource_names: tuple[str, ...] = option(
         _names,
@@ -334,7 +344,9 @@ class ServeSettings(SourceSettings):
 class CheckSettings(SourceSettings):
     """``smlens check``."""
 
-    duration: float = option(_number(float, 0.5, 600.0), 3.0, "seconds to sample, 0.5-600", CHECK)
+    duration: float = option(
+        _number(float, 0.5, 600.0), 3.0, "seconds to sample, 0.5-600", CHECK, metavar="S"
+    )
     json: bool = option(_flag, False, "print JSON instead of a table", CHECK, switch=True)
 
 
@@ -373,7 +385,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str) -> None:
                 o.flag, action="store_const", const=True, default=None, help=f"{o.help} ({where})"
             )
         else:
-            metavar = "{" + ",".join(o.choices) + "}" if o.choices else o.metavar or "S"
+            metavar = "{" + ",".join(o.choices) + "}" if o.choices else o.metavar
             group.add_argument(o.flag, default=None, metavar=metavar, help=f"{o.help} ({where})")
 
 
