@@ -92,6 +92,15 @@ def test_non_finite_numbers_are_refused_from_the_config_file(tmp_path: Path, tex
         resolve("serve", {"config": str(config)}, environ={})
 
 
+def test_numbers_are_plain_and_text_is_text(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--interval: '1_0.5e-1' must be a number\.$"):
+        resolve("serve", {"interval": "1_0.5e-1"}, environ={})
+    config = tmp_path / "c.yaml"
+    config.write_text("hostname: 12345\n")
+    with pytest.raises(ConfigError, match=r"'hostname': 12345 must be text \(quote it in YAML\)\.$"):
+        resolve("serve", {"config": str(config)}, environ={})
+
+
 def test_an_option_taking_a_value_names_it_in_help() -> None:
     with pytest.raises(TypeError, match="needs a metavar"):
         Option(name="timeout", parse=float, default=None, help="seconds", group="g")

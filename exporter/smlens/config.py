@@ -41,6 +41,8 @@ def _number(kind: type[int] | type[float], low: float | None = None, high: float
     def parse(raw: Any) -> Any:
         if isinstance(raw, bool) or (kind is int and isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(f"must be {noun}")
+        if isinstance(raw, str) and "_" in raw:  # float() and int() would take 1_0.5
+            raise ValueError(f"must be {noun}")
         try:
             value = kind(raw.strip() if isinstance(raw, str) else raw)
         except OverflowError:  # float() of a whole number beyond float's range
@@ -66,7 +68,9 @@ def _choice(*choices: str) -> Parser:
 
 
 def _text(raw: Any) -> str:
-    if not isinstance(raw, str) or not raw.strip():
+    if not isinstance(raw, str):
+        raise ValueError("must be text (quote it in YAML)")
+    if not raw.strip():
         raise ValueError("must be a non-empty string")
     if "\0" in raw:
         raise ValueError("must not contain a NUL character")
