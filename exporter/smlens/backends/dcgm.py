@@ -658,12 +658,9 @@ def open_dcgm_backend(
     hostengine: str | None, embedded: bool, interval: float, node: str | None = None
 ) -> DcgmBackend:
     """Load the bindings and connect; raises :class:`BackendUnavailable` (or :class:`ConfigError`
-    for bad flags) with one sentence. ``node`` (default: this host's name) goes into the names of
-    the groups smlens creates in the hostengine."""
-    if embedded and hostengine is not None:
-        raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
-    if not interval > 0:
-        raise ConfigError(f"the sampling interval must be a positive number of seconds, got {interval!r}.")
+    for a bad hostengine address) with one sentence. The settings have already checked that
+    ``embedded`` and ``hostengine`` exclude each other and that ``interval`` is in range. ``node``
+    (default: this host's name) goes into the names of the groups smlens creates in the hostengine."""
     address = None if embedded else parse_hostengine(hostengine)
     backend = DcgmBackend(load_bindings(), address, interval, node or socket.gethostname())
     backend.connect()
