@@ -54,6 +54,35 @@ class GpuIdentity:
     compute_capability: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG GPU instance of a GPU, as found at one scan of its MIG layout.
+
+    ``mig_uuids`` are the UUIDs of its MIG devices (one per compute instance, usually one);
+    ``sm_count`` the SMs of those compute instances together, None when NVML does not say.
+    A GPU instance destroyed and created again is a different MigInstance.
+    """
+
+    gpu_instance: int
+    profile: str  # e.g. "1g.18gb"; empty when NVML does not say
+    mig_uuids: tuple[str, ...]
+    sm_count: int | None = None
+
+    @property
+    def mig_uuid(self) -> str:
+        return ",".join(self.mig_uuids)
+
+
+@dataclass(frozen=True)
+class InstanceReading:
+    """What one backend read from one GPU instance during one tick (see :class:`Reading`)."""
+
+    instance: MigInstance
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    activity: Mapping[str, Activity] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Reading:
     """What one backend read from one GPU during one tick.
@@ -75,6 +104,7 @@ class Reading:
     # How the profiling source counts: "one_pass", or "multiplexed" when the hardware counters are
     # shared out over several passes (DCGM, other clients' fields included); empty when not known.
     profiling_mode: str = ""
+    instances: tuple[InstanceReading, ...] = ()  # per MIG GPU instance, when the GPU is in MIG mode
 
 
 @dataclass(frozen=True)

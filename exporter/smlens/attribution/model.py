@@ -36,7 +36,8 @@ class Allocation:
     ``gpu_uuid`` is the physical GPU the device lives on, None when it could not be mapped
     to a GPU of this node. ``device`` is the id as reported (a GPU UUID, an index, a
     time-slicing replica such as ``GPU-...::2``, a MIG UUID, a DRA device name).
-    ``partition`` is true for a MIG slice: the container holds part of the GPU, not all of it.
+    ``partition`` is true for a MIG slice: the container holds part of the GPU, not all of it;
+    ``gpu_instance`` is the MIG GPU instance the slice belongs to, when known.
     """
 
     owner: Workload
@@ -44,6 +45,7 @@ class Allocation:
     device: str
     gpu_uuid: str | None
     partition: bool = False
+    gpu_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,11 @@ class Attribution:
         if len(owners) != 1 or any(a.partition for a in allocations):
             return None
         return owners.pop()
+
+    def instance_owner(self, gpu_uuid: str, gpu_instance: int) -> Workload | None:
+        """The container that holds the MIG devices of this GPU instance alone, None if nobody or several."""
+        owners = {a.owner for a in self.allocations_of(gpu_uuid) if a.gpu_instance == gpu_instance}
+        return owners.pop() if len(owners) == 1 else None
 
 
 EMPTY_ATTRIBUTION = Attribution()

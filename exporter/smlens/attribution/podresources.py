@@ -102,14 +102,14 @@ def allocations(
                             yield owner, resource.driver_name, device, placement
 
     unique = dict.fromkeys(
-        Allocation(owner, resource, device, placement.gpu_uuid, placement.partition)
+        Allocation(owner, resource, device, placement.gpu_uuid, placement.partition, placement.gpu_instance)
         for owner, resource, device, placement in entries()
     )
     return tuple(unique)
 
 
 class PodResourcesSource:
-    """Allocation source backed by the kubelet. ``mig_parents`` is asked afresh on every refresh."""
+    """Allocation source backed by the kubelet. ``mig_devices`` is asked afresh on every refresh."""
 
     name = PODRESOURCES
 
@@ -119,17 +119,17 @@ class PodResourcesSource:
         devices: DeviceMap,
         resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES,
         dra_drivers: Sequence[str] = DEFAULT_DRA_DRIVERS,
-        mig_parents: Callable[[], Mapping[str, str]] | None = None,
+        mig_devices: Callable[[], Mapping[str, tuple[str, int]]] | None = None,
     ) -> None:
         self._client = client
         self._devices = devices
         self._resource_names = tuple(resource_names)
         self._dra_drivers = tuple(dra_drivers)
-        self._mig_parents = mig_parents
+        self._mig_devices = mig_devices
 
     def allocations(self) -> tuple[Allocation, ...]:
         response = self._client.list()
         devices = self._devices
-        if self._mig_parents is not None:
-            devices = DeviceMap(devices.gpus, self._mig_parents())
+        if self._mig_devices is not None:
+            devices = DeviceMap(devices.gpus, self._mig_devices())
         return allocations(response, devices, self._resource_names, self._dra_drivers)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from smlens.backends.base import Backend
-from smlens.backends.nvml_calls import Absent, attach_each, call, describe, failure, nvml_module
-from smlens.backends.nvml_session import NvmlSession
 from smlens.errors import BackendError
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.names import (
@@ -35,6 +33,8 @@ from smlens.names import (
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
 )
+from smlens.nvml.calls import Absent, attach_each, call, describe, failure, nvml_module
+from smlens.nvml.session import NvmlSession
 
 RATIO_METRICS = (  # Reading.activity key, GPM metric in percent
     (SM_ACTIVE, "NVML_GPM_METRIC_SM_UTIL"),

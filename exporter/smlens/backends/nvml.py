@@ -20,17 +20,6 @@ from typing import Any
 
 from smlens.backends.base import DeviceSource
 from smlens.backends.gpm import GpmBackend
-from smlens.backends.nvml_calls import (
-    Absent,
-    attach_each,
-    call,
-    describe,
-    failure,
-    nvml_module,
-    text,
-    value_of,
-)
-from smlens.backends.nvml_session import NvmlSession
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
 from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, Reading
@@ -50,6 +39,17 @@ from smlens.names import (
     TEMPERATURE_CELSIUS,
     UTILIZATION,
 )
+from smlens.nvml.calls import (
+    Absent,
+    attach_each,
+    call,
+    describe,
+    failure,
+    nvml_module,
+    text,
+    value_of,
+)
+from smlens.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
