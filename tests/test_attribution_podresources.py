@@ -18,10 +18,9 @@ import pytest
 from conftest import REPO
 from fakes.fake_kubelet import FakeKubelet, dra_pod, pod
 from smlens.attribution.devices import DEFAULT_RESOURCE_NAMES, DeviceMap
-from smlens.attribution.model import Attribution, Workload
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
-from smlens.model import GpuIdentity
+from smlens.model import Attribution, GpuIdentity, Workload
 
 GPUS = [GpuIdentity(i, f"GPU-{i:08x}-1111-2222-3333-444444444444", "NVIDIA H200") for i in range(8)]
 UUID = [g.uuid for g in GPUS]

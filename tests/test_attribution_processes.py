@@ -12,10 +12,9 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from smlens.attribution.model import UNATTRIBUTED, Workload, WorkloadUsage
 from smlens.attribution.processes import ProcessSource
 from smlens.errors import BackendError
-from smlens.model import GpuIdentity
+from smlens.model import UNATTRIBUTED, GpuIdentity, Workload, WorkloadUsage
 from smlens.nvml.session import NvmlSession
 
 NOW = 1_800_000_000.0

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
-from smlens.model import GpuIdentity
+from smlens.attribution.refresher import PODRESOURCES, PROCESSES, SIM
+from smlens.model import Attribution, GpuIdentity
 from smlens.names import GPU_LABELS, OWNER_LABELS, SLURM_JOB
 
 _WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, SLURM_JOB)

@@ -17,8 +17,9 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from smlens.attribution import podresources_v1_pb2 as api
 from smlens.attribution import podresources_v1_pb2_grpc as api_grpc
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES, DeviceMap, Placement
-from smlens.attribution.model import PODRESOURCES, Allocation, Workload
+from smlens.attribution.refresher import PODRESOURCES
 from smlens.errors import BackendError
+from smlens.model import Allocation, Workload
 
 # The kubelet sends up to 16 MiB; gRPC's client default of 4 MiB is too small for busy nodes.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
