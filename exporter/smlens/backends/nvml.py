@@ -22,7 +22,7 @@ from smlens.backends.base import DeviceSource
 from smlens.backends.gpm import GpmBackend
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
-from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, Reading
+from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, InstanceReading, Reading
 from smlens.names import (
     ECC_CORRECTED,
     ECC_UNCORRECTED,
@@ -308,7 +308,26 @@ class NvmlBackend(DeviceSource):
             clock_events=clock_events,
             xid_events=self._xids.take(gpu.uuid),
             missing=parts.missing,
+            instances=self._instances(gpu, device, now),
         )
+
+    def _instances(self, gpu: GpuIdentity, device: _Device, now: float) -> tuple[InstanceReading, ...]:
+        """Memory used and total of each MIG GPU instance (NVML gives no utilization per instance)."""
+        layout = self._session.mig_layout(gpu, now)
+        if layout is None or isinstance(layout, Absent):
+            return ()
+        nv = nvml_module()
+        readings = []
+        for found in layout:
+            memory = call(nv.nvmlDeviceGetMemoryInfo, found.handles[0], gpu=device.label)
+            if isinstance(memory, Absent) and memory.reason in ("invalid_argument", "not_found"):
+                self._session.rescan_mig(gpu)  # a stale MIG device handle: the instance is gone
+                continue
+            parts = _Parts()
+            parts.put(parts.gauges, MEMORY_USED_BYTES, _member(memory, "used"))
+            parts.put(parts.gauges, MEMORY_TOTAL_BYTES, _member(memory, "total"))
+            readings.append(InstanceReading(found.instance, gauges=parts.gauges, missing=parts.missing))
+        return tuple(readings)
 
     def _utilization(self, device: _Device, now: float) -> Activity | Absent | None:
         """Time-weighted NVML utilization since the last samples read; None when not read this tick."""
