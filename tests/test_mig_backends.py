@@ -8,6 +8,7 @@ import pytest
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens import model as m
+from smlens import names as n
 from smlens.backends.nvml import open_nvml_backends
 from smlens.model import GpuIdentity, InstanceReading, Reading
 from smlens.nvml.session import MIG_RESCAN_INTERVAL
@@ -70,15 +71,15 @@ def test_each_gpu_instance_gets_its_own_gpm_activity_and_memory(monkeypatch: pyt
     nvml, gpm = node.read(2.0)
     instances = by_gi(gpm.instances)
     assert instances[7].instance == m.MigInstance(7, "1g.18gb", ("MIG-busy",), 16)
-    assert instances[7].activity[m.SM_ACTIVE] == m.Activity(pytest.approx(1.8), 2.0)
-    assert instances[7].activity[m.TENSOR_ACTIVE].ratio == pytest.approx(0.8)
-    assert instances[9].activity[m.SM_ACTIVE].ratio == pytest.approx(0.03)
-    assert m.PCIE_TX_BYTES not in instances[9].activity  # traffic is read for the whole GPU only
-    assert gpm.activity[m.SM_ACTIVE].ratio == pytest.approx(0.4)  # the whole GPU as before
+    assert instances[7].activity[n.SM_ACTIVE] == m.Activity(pytest.approx(1.8), 2.0)
+    assert instances[7].activity[n.TENSOR_ACTIVE].ratio == pytest.approx(0.8)
+    assert instances[9].activity[n.SM_ACTIVE].ratio == pytest.approx(0.03)
+    assert n.PCIE_TX_BYTES not in instances[9].activity  # traffic is read for the whole GPU only
+    assert gpm.activity[n.SM_ACTIVE].ratio == pytest.approx(0.4)  # the whole GPU as before
     memory = by_gi(nvml.instances)
-    assert memory[9].gauges == {m.MEMORY_USED_BYTES: 9 * GIB, m.MEMORY_TOTAL_BYTES: 17_716_740_096}
-    assert m.UTILIZATION not in nvml.activity and nvml.missing[m.UTILIZATION] == "not_supported"
-    assert all(m.UTILIZATION not in r.activity for r in (*nvml.instances, *gpm.instances))
+    assert memory[9].gauges == {n.MEMORY_USED_BYTES: 9 * GIB, n.MEMORY_TOTAL_BYTES: 17_716_740_096}
+    assert n.UTILIZATION not in nvml.activity and nvml.missing[n.UTILIZATION] == "not_supported"
+    assert all(n.UTILIZATION not in r.activity for r in (*nvml.instances, *gpm.instances))
     node.close()
     assert node.fake.live_gpm_samples == 0
 
@@ -111,7 +112,7 @@ def test_a_created_instance_appears_at_the_next_scan(monkeypatch: pytest.MonkeyP
     assert set(by_gi(node.read(later)[1].instances)) == {3, 7, 9}
     node.fake.advance(1.0)
     new = by_gi(node.read(later + 1)[1].instances)[3]
-    assert new.activity[m.SM_ACTIVE].ratio == pytest.approx(0.5)
+    assert new.activity[n.SM_ACTIVE].ratio == pytest.approx(0.5)
     node.close()
 
 
@@ -133,6 +134,6 @@ def test_gpm_without_mig_sampling_keeps_instances_without_activity(monkeypatch: 
     for now in (0.0, 1.0, 2.0):
         node.fake.advance(1.0)
         _, gpm = node.read(now)
-    assert [r.missing for r in gpm.instances] == [{m.SM_ACTIVE: "not_supported"}] * 2
+    assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: "not_supported"}] * 2
     assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == 1  # asked once, then believed
     node.close()

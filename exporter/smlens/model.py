@@ -107,6 +107,16 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class InstanceState:
+    """One MIG GPU instance at the end of a tick: latest gauges and ratios, cumulative activity."""
+
+    instance: MigInstance
+    gauges: Mapping[str, float]
+    activity_totals: Mapping[str, Activity]
+    missing: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class GpuState:
     """Everything known about one GPU at the end of a tick, cumulative where it says so."""
 
@@ -123,6 +133,7 @@ class GpuState:
     profiling_reason: str  # why profiling is unavailable, empty when it is
     sources: tuple[str, ...]
     profiling_mode: str = ""  # see Reading.profiling_mode
+    instances: tuple[InstanceState, ...] = ()  # MIG GPU instances, when the GPU is in MIG mode
 
     def ratio(self, key: str) -> float | None:
         """Latest value of an activity ratio (0..1), or None when unavailable."""

@@ -11,6 +11,12 @@ UUID = "uuid"
 HOSTNAME = "hostname"
 GPU_LABELS = (GPU, UUID, HOSTNAME)
 
+# Labels a MIG GPU instance's series carry on top of GPU_LABELS.
+GPU_INSTANCE = "gpu_instance"
+MIG_PROFILE = "mig_profile"
+MIG_UUID = "mig_uuid"
+INSTANCE_LABELS = (*GPU_LABELS, GPU_INSTANCE, MIG_PROFILE, MIG_UUID)
+
 # Labels naming the workload that holds a GPU (added to its series when one container holds it).
 NAMESPACE = "namespace"
 POD = "pod"
