@@ -137,3 +137,15 @@ def test_gpm_without_mig_sampling_keeps_instances_without_activity(monkeypatch: 
     assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: "not_supported"}] * 2
     assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == 1  # asked once, then believed
     node.close()
+
+
+def test_nvml_stops_asking_for_utilization_that_mig_mode_does_not_give(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = Node(mig_node(monkeypatch))
+    for now in (0.0, 1.0, 2.0):
+        node.fake.advance(1.0)
+        nvml, _ = node.read(now)
+        assert nvml.missing[m.UTILIZATION] == "not_supported"
+    assert node.fake.gpu(GPU).calls["nvmlDeviceGetUtilizationRates"] == 1
+    node.close()

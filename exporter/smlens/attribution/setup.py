@@ -14,7 +14,6 @@ from time import monotonic
 
 from smlens.attribution import sim_layout
 from smlens.attribution.devices import DeviceMap
-from smlens.attribution.processes import ProcessSource
 from smlens.attribution.refresher import AllocationSource, AttributionRefresher, UsageSource
 from smlens.config import ServeSettings
 from smlens.errors import ConfigError
@@ -64,6 +63,8 @@ def build_refresher(settings: ServeSettings, gpus: Sequence[GpuIdentity]) -> Att
         allocation = sim_layout.SimLayoutSource(pods, gpus, origin)
     usage: UsageSource | None = None
     if settings.process_attribution and session is not None:
+        from smlens.attribution.processes import ProcessSource  # /proc and cgroup parsing: only when asked
+
         usage = ProcessSource(session, gpus, settings.attribution_interval)
     if allocation is None and usage is None:
         return None

@@ -111,6 +111,7 @@ class _Device:
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
     samples_supported: bool = True
+    rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
     next_samples_at: float = -math.inf
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
@@ -353,9 +354,12 @@ class NvmlBackend(DeviceSource):
             if got.reason != "not_supported":
                 return got
             device.samples_supported = False
+        if not device.rates_supported:
+            return Absent("not_supported")
         rates = call(nv.nvmlDeviceGetUtilizationRates, device.handle, gpu=device.label)
         previous, device.last_read = device.last_read, now
         if isinstance(rates, Absent):
+            device.rates_supported = rates.reason != "not_supported"
             return rates
         if previous is None:
             return ZERO_ACTIVITY
