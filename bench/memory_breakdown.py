@@ -90,7 +90,8 @@ if traced:
                 break
         by_package[package] = by_package.get(package, 0) + stat.size
     report["traced_kib"] = sum(by_package.values()) // 1024
-    report["by_package_kib"] = sorted(((k, v // 1024) for k, v in by_package.items()), key=lambda kv: -kv[1])[:20]
+    largest = sorted(by_package.items(), key=lambda kv: -kv[1])[:20]
+    report["by_package_kib"] = [(name, size // 1024) for name, size in largest]
 print(json.dumps(report))
 sys.stdout.flush()
 os._exit(0)

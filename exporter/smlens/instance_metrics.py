@@ -25,11 +25,12 @@ MEMORY = (
 
 
 def _per_instance(families: Specs) -> list[tuple[str, str, str]]:
-    """The instance twins of whole-GPU families: gpu_x -> gpu_mig_x; none for NVML utilization."""
+    """The instance twins of whole-GPU families: gpu_x -> gpu_mig_x, for what is read per instance
+    (NVML utilization is not: NVML gives none per MIG instance)."""
     return [
         (key, "gpu_mig_" + name.removeprefix("gpu_"), text + _SCOPE)
         for key, name, text in families
-        if key != n.UTILIZATION
+        if key in n.INSTANCE_ACTIVITIES
     ]
 
 
