@@ -31,6 +31,7 @@ DEPENDENCIES = (
     "fastapi",
     "uvicorn",
     "fastapi, uvicorn",
+    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # the server without FastAPI
     "grpc",
     "pynvml",
 )
