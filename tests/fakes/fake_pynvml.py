@@ -87,7 +87,7 @@ class FakeGpuInstance:
 
     id: int
     devices: list[FakeMigDevice]
-    profile_id: int = 19  # NVML's profile id of 1g.18gb on an H200
+    profile_id: int = 19  # the 1g profile's id in `nvidia-smi mig -lgip` on A100 and H100
     profile_name: str = "MIG 1g.18gb"
     slice_count: int = 1
     memory_total: int = 17_716_740_096
