@@ -146,6 +146,6 @@ def test_nvml_stops_asking_for_utilization_that_mig_mode_does_not_give(
     for now in (0.0, 1.0, 2.0):
         node.fake.advance(1.0)
         nvml, _ = node.read(now)
-        assert nvml.missing[m.UTILIZATION] == "not_supported"
+        assert nvml.missing[n.UTILIZATION] == "not_supported"
     assert node.fake.gpu(GPU).calls["nvmlDeviceGetUtilizationRates"] == 1
     node.close()
