@@ -60,7 +60,26 @@ def test_unprivileged_the_profile_comes_from_the_mig_device_name(monkeypatch: py
     session = NvmlSession()
     session.acquire(object())
     assert [i.profile for i in layout(session, GPUS[1])] == ["4g.71gb", "1g.18gb", "1g.18gb"]  # type: ignore[attr-defined]
-    assert node.gpu(SPLIT).calls["nvmlDeviceGetGpuInstanceById"] == 3
+    assert node.gpu(SPLIT).calls["nvmlDeviceGetGpuInstanceById"] == 4  # once per MIG device
+
+
+def test_a_rescan_asks_only_for_handles_and_uuids_of_devices_it_knows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = mig_node(monkeypatch)
+    session = NvmlSession()
+    session.acquire(object())
+    first = layout(session, GPUS[1], now=0.0)
+    calls = node.gpu(SPLIT).calls
+    before = calls.copy()
+    assert layout(session, GPUS[1], now=0.0, max_age=0.0) == first
+    asked = {name for name, count in calls.items() if count != before[name]}
+    assert asked == {
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetUUID",
+    }
 
 
 def test_a_gpu_without_mig_support_has_no_layout(monkeypatch: pytest.MonkeyPatch) -> None:

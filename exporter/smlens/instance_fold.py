@@ -20,6 +20,8 @@ def fold_instances(
     totals: InstanceTotals, readings: Sequence[Reading], admits: Callable[[Reading], bool]
 ) -> tuple[InstanceTotals, tuple[InstanceState, ...]]:
     """New totals and the states of the instances this tick's ``readings`` name, by GPU instance id."""
+    if not totals and not any(reading.instances for reading in readings):
+        return totals, ()  # a GPU without MIG, the common case: nothing to build
     gauges: dict[MigInstance, dict[str, float]] = {}
     missing: dict[MigInstance, dict[str, str]] = {}
     activity: dict[MigInstance, dict[str, Activity]] = {}

@@ -66,6 +66,15 @@ class MigInstance:
     profile: str  # e.g. "1g.18gb"; empty when NVML does not say
     mig_uuids: tuple[str, ...]
     sm_count: int | None = None
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:  # a dict key of the samplers, hashed several times per tick
+        object.__setattr__(
+            self, "_hash", hash((self.gpu_instance, self.profile, self.mig_uuids, self.sm_count))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def mig_uuid(self) -> str:

@@ -28,8 +28,24 @@ class GpuInstanceLayout:
     handles: tuple[Any, ...] = field(compare=False)
 
 
-def scan(nv: Any, handle: Any, label: str) -> tuple[GpuInstanceLayout, ...] | Absent | None:
-    """The GPU instances of one GPU, None when it is not in MIG mode, Absent when NVML cannot say."""
+@dataclass(frozen=True)
+class MigDevice:
+    """What stays fixed about one MIG device while it exists (its UUID is immutable for its lifetime)."""
+
+    gpu_instance: int
+    compute_instance: int
+    sm_count: int | None
+    profile: str
+
+
+def scan(
+    nv: Any, handle: Any, label: str, known: dict[str, MigDevice] | None = None
+) -> tuple[GpuInstanceLayout, ...] | Absent | None:
+    """The GPU instances of one GPU, None when it is not in MIG mode, Absent when NVML cannot say.
+
+    ``known`` (MIG device UUID -> MigDevice) carries what earlier scans learnt: a device seen before costs
+    two calls (its handle and UUID) instead of seven. It is updated in place."""
+    known = {} if known is None else known
     mode = call(nv.nvmlDeviceGetMigMode, handle, gpu=label)
     if isinstance(mode, Absent):
         return None if mode.reason == "not_supported" else mode
@@ -38,35 +54,41 @@ def scan(nv: Any, handle: Any, label: str) -> tuple[GpuInstanceLayout, ...] | Ab
     count = call(nv.nvmlDeviceGetMaxMigDeviceCount, handle, gpu=label)
     if isinstance(count, Absent):
         return count
-    found: dict[int, list[tuple[int, str, Any, int | None]]] = defaultdict(list)
+    found: dict[int, list[tuple[MigDevice, str, Any]]] = defaultdict(list)
     for index in range(count):
         mig = call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, index, gpu=label)
-        if isinstance(mig, Absent):  # not_found: no MIG device at this index
+        uuid = mig if isinstance(mig, Absent) else call(nv.nvmlDeviceGetUUID, mig, gpu=label)
+        if isinstance(uuid, Absent):  # not_found: no MIG device at this index
             continue
-        gpu_instance = call(nv.nvmlDeviceGetGpuInstanceId, mig, gpu=label)
-        compute_instance = call(nv.nvmlDeviceGetComputeInstanceId, mig, gpu=label)
-        uuid = call(nv.nvmlDeviceGetUUID, mig, gpu=label)
-        if (
-            isinstance(gpu_instance, Absent)
-            or isinstance(compute_instance, Absent)
-            or isinstance(uuid, Absent)
-        ):
+        device = known.get(text(uuid)) or _identify(nv, handle, mig, label)
+        if device is None:
             continue  # destroyed between two calls; the next scan sees the new layout
-        attributes = call(nv.nvmlDeviceGetAttributes, mig, gpu=label)
-        sms = None if isinstance(attributes, Absent) else int(attributes.multiprocessorCount)
-        found[gpu_instance].append((compute_instance, text(uuid), mig, sms))
+        known[text(uuid)] = device
+        found[device.gpu_instance].append((device, text(uuid), mig))
+    for gone in set(known) - {uuid for devices in found.values() for _, uuid, _ in devices}:
+        del known[gone]
     layouts = []
     for gpu_instance, devices in sorted(found.items()):
-        devices.sort(key=lambda d: d[0])
-        sm_counts = [d[3] for d in devices]
+        devices.sort(key=lambda d: d[0].compute_instance)
+        sm_counts = [d[0].sm_count for d in devices]
         instance = MigInstance(
             gpu_instance=gpu_instance,
-            profile=_profile(nv, handle, gpu_instance, devices[0][2], label),
+            profile=devices[0][0].profile,
             mig_uuids=tuple(d[1] for d in devices),
             sm_count=None if None in sm_counts else sum(s for s in sm_counts if s is not None),
         )
         layouts.append(GpuInstanceLayout(instance, tuple(d[2] for d in devices)))
     return tuple(layouts)
+
+
+def _identify(nv: Any, handle: Any, mig: Any, label: str) -> MigDevice | None:
+    gpu_instance = call(nv.nvmlDeviceGetGpuInstanceId, mig, gpu=label)
+    compute_instance = call(nv.nvmlDeviceGetComputeInstanceId, mig, gpu=label)
+    if isinstance(gpu_instance, Absent) or isinstance(compute_instance, Absent):
+        return None
+    attributes = call(nv.nvmlDeviceGetAttributes, mig, gpu=label)
+    sms = None if isinstance(attributes, Absent) else int(attributes.multiprocessorCount)
+    return MigDevice(gpu_instance, compute_instance, sms, _profile(nv, handle, gpu_instance, mig, label))
 
 
 def _profile(nv: Any, handle: Any, gpu_instance: int, mig: Any, label: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from smlens.errors import BackendUnavailable, GpuLostError
 from smlens.model import GpuIdentity
 from smlens.nvml.calls import Absent, call, describe, nvml_module
-from smlens.nvml.mig import GpuInstanceLayout, scan
+from smlens.nvml.mig import GpuInstanceLayout, MigDevice, scan
 
 # Seconds a MIG layout is trusted: instances created since appear at most this late. A failed call on
 # an instance that is gone triggers a rescan at once.
@@ -46,6 +46,7 @@ class NvmlSession:
         self._users: set[object] = set()
         self._handles: dict[str, Any] = {}
         self._mig: dict[str, tuple[float, MigLayout]] = {}  # GPU uuid -> (scanned at, layout)
+        self._mig_devices: dict[str, dict[str, MigDevice]] = {}  # GPU uuid -> MIG devices seen
 
     def acquire(self, user: object) -> None:
         """Initialise NVML if nobody holds it yet; raises BackendUnavailable with one sentence."""
@@ -72,6 +73,7 @@ class NvmlSession:
             if not self._users:
                 self._handles.clear()
                 self._mig.clear()
+                self._mig_devices.clear()
                 call(nvml_module().nvmlShutdown)  # nothing left to do if the shutdown fails
 
     def remember(self, uuid: str, handle: Any) -> None:
@@ -96,7 +98,8 @@ class NvmlSession:
         if cached is not None and 0 <= now - cached[0] < max_age:
             return cached[1]
         handle = self.handle(gpu)
-        layout = handle if isinstance(handle, Absent) else scan(nvml_module(), handle, describe(gpu))
+        known = self._mig_devices.setdefault(gpu.uuid, {})
+        layout = handle if isinstance(handle, Absent) else scan(nvml_module(), handle, describe(gpu), known)
         with self._lock:
             self._mig[gpu.uuid] = (now, layout)
         return layout
