@@ -113,6 +113,13 @@ def test_each_instance_has_its_series_beside_the_unchanged_whole_gpu(node: FakeN
     assert not any(n == "gpu_utilization_ratio" and ("uuid", SPLIT) in lbl for n, lbl in series)
     # A GPU without MIG has no instance series at all.
     assert not any(n.startswith("gpu_mig_") and ("uuid", PLAIN) in lbl for n, lbl in series)
+    api = exporter.client.get("/api/v1/gpus").json()
+    split = next(g for g in api["gpus"] if g["uuid"] == SPLIT)
+    assert [(i["gpu_instance"], i["mig_profile"], i["mig_uuids"]) for i in split["instances"]] == [
+        (7, "1g.18gb", ["MIG-busy"]),
+        (9, "1g.18gb", ["MIG-hollow"]),
+    ]
+    assert split["instances"][0]["values"]["sm_active"] == pytest.approx(0.9)
 
 
 def test_reconfiguration_drops_and_adds_instances_without_stale_series(node: FakeNode) -> None:
