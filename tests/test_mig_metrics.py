@@ -173,3 +173,20 @@ def test_each_instance_carries_the_pod_that_holds_its_mig_device(
     whole = [lbl for n, lbl in series if n == "gpu_sm_active_ratio" and ("uuid", SPLIT) in lbl]
     assert whole == [frozenset({"gpu": "1", "uuid": SPLIT, "hostname": "node-a"}.items())]
     session.release(kubelet)
+
+
+def test_instances_are_read_when_the_gpu_in_mig_mode_cannot_be_sampled_whole(node: FakeNode) -> None:
+    # nvml.h does not say whether nvmlGpmSampleGet works on a GPU in MIG mode: if it does not, the
+    # instances must still come, the gpm backend stay up, and the GPU say why it has no profiling.
+    node.gpu(SPLIT).errors["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    exporter = Exporter(node)
+    exporter.tick()
+    series = exporter.tick()
+    assert series[("gpu_mig_sm_active_ratio", labels("7", "1g.18gb", "MIG-busy"))] == pytest.approx(0.9)
+    whole = frozenset({"gpu": "1", "uuid": SPLIT, "hostname": "node-a", "source": "gpm"}.items())
+    assert series[("gpu_profiling_available", whole)] == 0
+    assert not any(n == "gpu_sm_active_ratio" and ("uuid", SPLIT) in lbl for n, lbl in series)
+    backends = {dict(lbl)["backend"]: v for (n, lbl), v in series.items() if n == "smlens_backend_up"}
+    assert backends == {"nvml": 1.0, "gpm": 1.0}
+    exporter.tick()
+    assert node.gpu(SPLIT).calls["nvmlGpmSampleGet"] == 1  # asked once, then believed

@@ -148,6 +148,7 @@ class _GpmGpu:
     whole: _Pair
     instances: dict[MigInstance, _Pair] = field(default_factory=dict)
     mig_unsupported: str | None = None  # why GPM gives nothing per GPU instance, once NVML said so
+    whole_unsupported: Absent | None = None  # set when a GPU in MIG mode cannot be sampled whole
 
 
 class GpmBackend(Backend):
@@ -192,10 +193,20 @@ class GpmBackend(Backend):
             raise BackendError(f"the gpm backend does not serve {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
         handle, label = state.handle, state.label
-        seconds = state.whole.step(nv, nv.nvmlGpmSampleGet, (handle,), now, label)
-        if isinstance(seconds, Absent):
-            raise BackendError(f"GPM sample of {label} failed ({seconds.reason}).", reason=seconds.reason)
+        seconds = (
+            state.whole_unsupported
+            if state.whole_unsupported is not None
+            else state.whole.step(nv, nv.nvmlGpmSampleGet, (handle,), now, label)
+        )
         instances = self._read_instances(nv, state, now)
+        if isinstance(seconds, Absent):
+            if not instances:
+                state.whole_unsupported = None  # not, or no longer, in MIG mode: ask again next tick
+                raise BackendError(f"GPM sample of {label} failed ({seconds.reason}).", reason=seconds.reason)
+            # nvml.h does not say whether a GPU in MIG mode can be sampled whole; its instances still can.
+            if seconds.reason == "not_supported":
+                state.whole_unsupported = seconds
+            return Reading(source=self.name, missing={SM_ACTIVE: seconds.reason}, instances=instances)
         if seconds is None:
             return Reading(source=self.name, profiling=True, instances=instances)
         activity: dict[str, Activity] = {}
