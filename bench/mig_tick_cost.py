@@ -125,6 +125,7 @@ def fake_node(instances: int, table: dict[str, float], gpm_factor: float) -> Fak
             )
         ]
     )
+    node.privileged = True  # as a privileged DaemonSet: the GPU's aggregate memory is readable in MIG mode
     sys.modules["pynvml"] = node.module
     with_latency(node, table, gpm_factor)
     return node

@@ -111,6 +111,8 @@ def test_each_instance_has_its_series_beside_the_unchanged_whole_gpu(node: FakeN
     # NVML gives no utilization in MIG mode: absent for the GPU and for every instance, never 0.
     assert not any(n.startswith("gpu_mig_utilization") or n.startswith("gpu_mig_busy") for n, _ in series)
     assert not any(n == "gpu_utilization_ratio" and ("uuid", SPLIT) in lbl for n, lbl in series)
+    # The whole GPU's memory in MIG mode needs privilege (nvml.h): absent here, never 0.
+    assert not any(n == "gpu_memory_used_bytes" and ("uuid", SPLIT) in lbl for n, lbl in series)
     # A GPU without MIG has no instance series at all.
     assert not any(n.startswith("gpu_mig_") and ("uuid", PLAIN) in lbl for n, lbl in series)
     api = exporter.client.get("/api/v1/gpus").json()

@@ -35,6 +35,9 @@ nvidia-ml-py 13.615.71 (the installed package) for what the Python binding retur
   device handles (nvml.h: MIG device names, globally unique MIG UUIDs, per-instance memory, attributes
   "currently only supports MIG device handles"). The MIG device name's form ("<GPU name> MIG 1g.18gb")
   is what CUDA reports for MIG devices; NVML's own string was not seen on hardware here.
+- nvmlDeviceGetMemoryInfo on the GPU handle of a GPU in MIG mode: NO_PERMISSION unless privileged ("In MIG
+  mode, if device handle is provided, the API returns aggregate information, only if the caller has
+  appropriate privileges").
 - nvmlDeviceGetUtilizationRates / nvmlDeviceGetSamples on a GPU in MIG mode: NOT_SUPPORTED ("On
   MIG-enabled GPUs, querying device utilization rates is not currently supported").
 - nvmlGpmMigSampleGet(parent, gpuInstanceId, sample): nvml.h only says "Nonzero NVML_ERROR_? enum on
@@ -370,6 +373,8 @@ class FakeNode:
     # ---- gauges and counters --------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         gpu, mig = self._resolve("nvmlDeviceGetMemoryInfo", handle)
+        if mig is None and gpu.mig_enabled and not self.privileged:
+            raise _error(real.NVML_ERROR_NO_PERMISSION)  # nvml.h: aggregate in MIG mode only if privileged
         total, used = (
             (gpu.memory_total, gpu.memory_used) if mig is None else (mig[0].memory_total, mig[0].memory_used)
         )
