@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pynvml
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import ExporterFactory
 from fakes.fake_kubelet import FakeKubelet, pod
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens import thresholds
@@ -192,3 +195,30 @@ def test_instances_are_read_when_the_gpu_in_mig_mode_cannot_be_sampled_whole(nod
     assert backends == {"nvml": 1.0, "gpm": 1.0}
     exporter.tick()
     assert node.gpu(SPLIT).calls["nvmlGpmSampleGet"] == 1  # asked once, then believed
+
+
+def test_the_sim_backend_serves_mig_instances_from_a_scenario(
+    tmp_path: Path, start_exporter: ExporterFactory
+) -> None:
+    scenario = tmp_path / "mig.yaml"
+    scenario.write_text(
+        "gpus:\n  - healthy\n"
+        "  - mig: [{mig_profile: 3g.71gb, profile: healthy}, {mig_profile: 1g.18gb, profile: hollow}]\n"
+    )
+    base = start_exporter("--backend", "sim", "--sim-scenario", str(scenario), "--interval", "0.2")
+    time.sleep(1.0)
+    text = httpx.get(base + "/metrics").text
+    profiles = {
+        (s.labels["gpu"], s.labels["gpu_instance"], s.labels["mig_profile"])
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpu_mig_sm_active_ratio"
+        for s in family.samples
+    }
+    assert profiles == {("1", "1", "3g.71gb"), ("1", "2", "1g.18gb")}
+    utilization = {
+        s.labels["gpu"]
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpu_utilization_ratio"
+        for s in family.samples
+    }
+    assert utilization == {"0"}  # GPU 1 is in MIG mode: no NVML utilization
