@@ -149,3 +149,17 @@ def test_nvml_stops_asking_for_utilization_that_mig_mode_does_not_give(
         assert nvml.missing[n.UTILIZATION] == "not_supported"
     assert node.fake.gpu(GPU).calls["nvmlDeviceGetUtilizationRates"] == 1
     node.close()
+
+
+def test_an_instance_refusing_gpm_is_retried_without_rescanning_the_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = Node(mig_node(monkeypatch))
+    node.fake.gpu(GPU).errors["nvmlGpmMigSampleGet"] = pynvml.NVML_ERROR_NO_PERMISSION
+    for now in (0.0, 1.0, 2.0):
+        node.fake.advance(1.0)
+        _, gpm = node.read(now)
+        assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: "no_permission"}] * 2
+    assert node.fake.gpu(GPU).calls["nvmlDeviceGetMigMode"] == 1  # the first scan only
+    assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == 6  # asked again every tick
+    node.close()

@@ -256,7 +256,7 @@ class GpmBackend(Backend):
             if isinstance(seconds, Absent):
                 if seconds.reason == "not_supported":
                     state.mig_unsupported = seconds.reason
-                else:  # most likely destroyed since the last scan: look again next tick
+                elif seconds.reason in ("not_found", "invalid_argument"):  # destroyed since the last scan
                     self._session.rescan_mig(state.identity)
                 readings.append(InstanceReading(instance, missing={SM_ACTIVE: seconds.reason}))
                 continue
