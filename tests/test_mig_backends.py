@@ -128,17 +128,6 @@ def test_mig_turned_off_drops_every_instance(monkeypatch: pytest.MonkeyPatch) ->
     node.close()
 
 
-def test_gpm_without_mig_sampling_keeps_instances_without_activity(monkeypatch: pytest.MonkeyPatch) -> None:
-    node = Node(mig_node(monkeypatch))
-    node.fake.gpu(GPU).errors["nvmlGpmMigSampleGet"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    for now in (0.0, 1.0, 2.0):
-        node.fake.advance(1.0)
-        _, gpm = node.read(now)
-    assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: "not_supported"}] * 2
-    assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == 1  # asked once, then believed
-    node.close()
-
-
 def test_nvml_stops_asking_for_utilization_that_mig_mode_does_not_give(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -151,15 +140,24 @@ def test_nvml_stops_asking_for_utilization_that_mig_mode_does_not_give(
     node.close()
 
 
-def test_an_instance_refusing_gpm_is_retried_without_rescanning_the_gpu(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("error", "reason", "samples"),
+    [
+        # GPM cannot sample instances on this GPU: asked once, then believed.
+        (pynvml.NVML_ERROR_NOT_SUPPORTED, "not_supported", 1),
+        # Any other refusal: asked again every tick (2 instances x 3 ticks), without rescanning the GPU.
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no_permission", 6),
+    ],
+)
+def test_instances_refusing_gpm_keep_their_series_without_activity(
+    monkeypatch: pytest.MonkeyPatch, error: int, reason: str, samples: int
 ) -> None:
     node = Node(mig_node(monkeypatch))
-    node.fake.gpu(GPU).errors["nvmlGpmMigSampleGet"] = pynvml.NVML_ERROR_NO_PERMISSION
+    node.fake.gpu(GPU).errors["nvmlGpmMigSampleGet"] = error
     for now in (0.0, 1.0, 2.0):
         node.fake.advance(1.0)
         _, gpm = node.read(now)
-        assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: "no_permission"}] * 2
+        assert [r.missing for r in gpm.instances] == [{n.SM_ACTIVE: reason}] * 2
+    assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == samples
     assert node.fake.gpu(GPU).calls["nvmlDeviceGetMigMode"] == 1  # the first scan only
-    assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == 6  # asked again every tick
     node.close()
