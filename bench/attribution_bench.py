@@ -170,7 +170,7 @@ def process_refresh(repeat: int) -> dict[str, Any] | None:
     try:
         from smlens.attribution.processes import ProcessSource
         from smlens.backends.nvml import open_nvml_backends
-        from smlens.backends.nvml_session import NvmlSession
+        from smlens.nvml.session import NvmlSession
     except ImportError:
         return None
     try:

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
 from smlens.backends.gpm import METRICS, GpmBackend, metrics_request
 from smlens.backends.nvml import DEFAULT_ENERGY_INTERVAL, DEFAULT_UTILIZATION_INTERVAL, NvmlBackend
-from smlens.backends.nvml_calls import nvml_module
-from smlens.backends.nvml_session import NvmlSession
 from smlens.errors import SmlensError
 from smlens.model import GpuIdentity
+from smlens.nvml.calls import nvml_module
+from smlens.nvml.session import NvmlSession
 
 
 def timed_ticks(calls: dict[str, Callable[[], Any]], repeat: int, pause: float) -> dict[str, list[float]]:

@@ -18,10 +18,9 @@ import pytest
 from conftest import REPO
 from fakes.fake_kubelet import FakeKubelet, dra_pod, pod
 from smlens.attribution.devices import DEFAULT_RESOURCE_NAMES, DeviceMap
-from smlens.attribution.model import Attribution, Workload
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
-from smlens.model import GpuIdentity
+from smlens.model import Attribution, GpuIdentity, Workload
 
 GPUS = [GpuIdentity(i, f"GPU-{i:08x}-1111-2222-3333-444444444444", "NVIDIA H200") for i in range(8)]
 UUID = [g.uuid for g in GPUS]
@@ -38,14 +37,14 @@ def kubelet(tmp_path: Path) -> Iterator[FakeKubelet]:
 def refresher_for(
     kubelet: FakeKubelet,
     timeout: float = 2.0,
-    mig: dict[str, str] | None = None,
+    mig: dict[str, tuple[str, int]] | None = None,
     resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES,
 ) -> AttributionRefresher:
     source = PodResourcesSource(
         PodResourcesClient(kubelet.socket, timeout),
         DeviceMap(GPUS),
         resource_names,
-        mig_parents=None if mig is None else (lambda: mig),
+        mig_devices=None if mig is None else (lambda: mig),
     )
     return AttributionRefresher(source, interval=0.05)
 
@@ -103,7 +102,7 @@ def test_mig_devices_land_on_their_parent_gpu_or_stay_unplaced(kubelet: FakeKube
             pod("a", "small-4", {"c": {"nvidia.com/mig-1g.18gb": [MIG_B]}}),
         ]
     )
-    got = refresher_for(kubelet, mig={MIG_A: UUID[3]}).refresh()
+    got = refresher_for(kubelet, mig={MIG_A: (UUID[3], 13)}).refresh()
     assert table(got) == {
         (UUID[3], "a", "small-1", "c"),
         (UUID[6], "a", "small-2", "c"),
@@ -111,8 +110,29 @@ def test_mig_devices_land_on_their_parent_gpu_or_stay_unplaced(kubelet: FakeKube
         (None, "a", "small-4", "c"),
     }
     assert all(a.partition for a in got.allocations)
-    # One container on one MIG slice does not own the whole GPU.
+    # One container on one MIG slice does not own the whole GPU, but it owns its GPU instance.
     assert got.sole_owner(UUID[3]) is None
+    assert got.instance_owner(UUID[3], 13) == Workload("a", "small-1", "c")
+    assert got.instance_owner(UUID[6], 7) == Workload("a", "small-2", "c")  # legacy id names its GI
+    assert got.instance_owner(UUID[3], 14) is None
+
+
+def test_single_strategy_mig_devices_under_nvidia_com_gpu_get_their_instance(kubelet: FakeKubelet) -> None:
+    # The device plugin's single strategy hands out MIG devices as nvidia.com/gpu.
+    kubelet.set_pods(
+        [
+            pod("a", "one", {"c": {"nvidia.com/gpu": [MIG_A]}}),
+            pod("b", "two", {"c": {"nvidia.com/gpu": [MIG_B]}}),
+        ]
+    )
+    got = refresher_for(kubelet, mig={MIG_A: (UUID[2], 1), MIG_B: (UUID[2], 2)}).refresh()
+    assert {(a.gpu_uuid, a.gpu_instance, a.owner.pod) for a in got.allocations} == {
+        (UUID[2], 1, "one"),
+        (UUID[2], 2, "two"),
+    }
+    assert got.owners(UUID[2]) == (Workload("a", "one", "c"), Workload("b", "two", "c"))
+    assert got.instance_owner(UUID[2], 1) == Workload("a", "one", "c")
+    assert got.instance_owner(UUID[2], 2) == Workload("b", "two", "c")
 
 
 def test_shared_gpu_has_every_holder_and_no_sole_owner(kubelet: FakeKubelet) -> None:

@@ -12,12 +12,10 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from smlens.attribution.mig import mig_parents
-from smlens.attribution.model import UNATTRIBUTED, Workload, WorkloadUsage
 from smlens.attribution.processes import ProcessSource
-from smlens.backends.nvml_session import NvmlSession
 from smlens.errors import BackendError
-from smlens.model import GpuIdentity
+from smlens.model import UNATTRIBUTED, GpuIdentity, Workload, WorkloadUsage
+from smlens.nvml.session import NvmlSession
 
 NOW = 1_800_000_000.0
 NOW_US = int(NOW * 1e6)
@@ -46,7 +44,6 @@ class Gpu:
     mps: list[Proc] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
-    mig: list[str] = field(default_factory=list)  # MIG device UUIDs when MIG is on
 
 
 def fake_nvml(gpus: dict[str, Gpu]) -> types.ModuleType:
@@ -78,18 +75,6 @@ def fake_nvml(gpus: dict[str, Gpu]) -> types.ModuleType:
         return fresh
 
     module.nvmlDeviceGetProcessUtilization = scripted("utilization", samples)  # type: ignore[attr-defined]
-    module.nvmlDeviceGetMigMode = scripted(  # type: ignore[attr-defined]
-        "mig_mode", lambda g: (1, 1) if g.mig else (0, 0)
-    )
-    module.nvmlDeviceGetMaxMigDeviceCount = scripted("mig_count", lambda g: 7)  # type: ignore[attr-defined]
-
-    def mig_handle(gpu: Gpu, index: int) -> str:
-        if index >= len(gpu.mig):
-            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
-        return gpu.mig[index]
-
-    module.nvmlDeviceGetMigDeviceHandleByIndex = scripted("mig_handle", mig_handle)  # type: ignore[attr-defined]
-    module.nvmlDeviceGetUUID = lambda handle: handle  # type: ignore[attr-defined]
     return module
 
 
@@ -193,9 +178,3 @@ def test_all_gpus_failing_is_a_source_failure(node: dict[str, Gpu], host: tuple[
     with pytest.raises(BackendError) as failure:
         source(host).usage()
     assert failure.value.reason == "no_permission"
-
-
-def test_mig_parents(node: dict[str, Gpu]) -> None:
-    node[GPUS[1].uuid].mig = ["MIG-aaaa", "MIG-bbbb"]
-    node[GPUS[0].uuid].errors["mig_mode"] = real.NVML_ERROR_NOT_SUPPORTED
-    assert mig_parents(NvmlSession(), GPUS) == {"MIG-aaaa": GPUS[1].uuid, "MIG-bbbb": GPUS[1].uuid}

@@ -9,20 +9,20 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from smlens.attribution import sim_layout
-from smlens.attribution.model import (
-    PODRESOURCES,
-    PROCESSES,
+from smlens.attribution.refresher import PODRESOURCES, PROCESSES
+from smlens.backends.sim import Scenario, SimBackend
+from smlens.collector import SnapshotCollector
+from smlens.errors import ConfigError
+from smlens.model import (
     UNATTRIBUTED,
     Allocation,
     Attribution,
+    GpuIdentity,
+    Snapshot,
     SourceState,
     Workload,
     WorkloadUsage,
 )
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.collector import SnapshotCollector
-from smlens.errors import ConfigError
-from smlens.model import GpuIdentity, Snapshot
 from smlens.sampler import Sampler
 
 A = Workload("ml", "a", "main")

@@ -8,8 +8,8 @@ import pytest
 
 from smlens.attribution import cgroups
 from smlens.attribution.cgroups import CgroupIdentity
-from smlens.attribution.model import UNATTRIBUTED, Workload
 from smlens.attribution.podnames import PodNames
+from smlens.model import UNATTRIBUTED, Workload
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 C1 = "3f1b5e0c9a7d4e2b8c6f0a1d2e3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d"

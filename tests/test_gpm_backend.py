@@ -11,9 +11,9 @@ from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
 from smlens.backends.gpm import METRICS, NOT_SUPPORTED, GpmBackend
 from smlens.backends.nvml import NvmlBackend
-from smlens.backends.nvml_session import NvmlSession
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import GpuIdentity, Reading
+from smlens.nvml.session import NvmlSession
 
 MIB = 1 << 20
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL

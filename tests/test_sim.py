@@ -95,6 +95,13 @@ def test_scenario_file_phases_loop(tmp_path: Path) -> None:
         ("gpus: [{profile: idle, colour: red}]", "unknown field 'colour'"),
         ("gpus: [{phases: [{profile: idle}]}]", "'seconds' must be a positive number"),
         ("gpus: [", "not valid YAML"),
+        ("gpus: [{mig: []}]", "non-empty list of GPU instances"),
+        ("gpus: [{mig: [{mig_profile: 5g.1gb}]}]", "mig_profile must be one of 1g.18gb"),
+        (
+            "gpus: [{mig: [{mig_profile: 4g.71gb}, {mig_profile: 4g.71gb}, {mig_profile: 1g.18gb}]}]",
+            "more than the GPU's 132 SMs",
+        ),
+        ("gpus: [{mig: [{mig_profile: 1g.18gb, profile: nonsense}]}]", "unknown profile 'nonsense'"),
     ],
 )
 def test_bad_scenario_files_get_one_clear_sentence(tmp_path: Path, text: str, message: str) -> None:
@@ -102,3 +109,25 @@ def test_bad_scenario_files_get_one_clear_sentence(tmp_path: Path, text: str, me
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_scenario(path)
+
+
+def test_a_mig_gpu_reads_per_instance_and_has_no_utilization(tmp_path: Path) -> None:
+    path = tmp_path / "mig.yaml"
+    path.write_text(
+        "gpus:\n"
+        "  - healthy\n"
+        "  - mig: [{mig_profile: 3g.71gb, profile: healthy}, {mig_profile: 1g.18gb, profile: hollow}]\n"
+    )
+    backend = SimBackend(load_scenario(path))
+    readings = run(backend, ticks=2, dt=1.0)
+    whole, split = readings[0][1], readings[1][1]
+    assert whole.instances == () and n.UTILIZATION in whole.activity
+    assert n.UTILIZATION not in split.activity and split.missing == {n.UTILIZATION: "not_supported"}
+    big, small = split.instances
+    assert (big.instance.profile, big.instance.sm_count, small.instance.sm_count) == ("3g.71gb", 60, 16)
+    assert big.instance.gpu_instance != small.instance.gpu_instance
+    assert big.activity[n.SM_ACTIVE].ratio == pytest.approx(0.96, abs=0.03)
+    assert small.activity[n.SM_ACTIVE].ratio == pytest.approx(0.10, abs=0.02)
+    # The whole GPU: the instances weighted by their SMs (60 and 16 of 132), the rest idle.
+    assert split.activity[n.SM_ACTIVE].ratio == pytest.approx((60 * 0.96 + 16 * 0.10) / 132, abs=0.03)
+    assert small.gauges[n.MEMORY_TOTAL_BYTES] == 18 * 1024**3

@@ -76,6 +76,17 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
         "values": dict(g),
         "missing": dict(gpu.missing),
         "sources": list(gpu.sources),
+        "instances": [  # MIG GPU instances; no verdict: NVML gives no utilization per instance
+            {
+                "gpu_instance": i.instance.gpu_instance,
+                "mig_profile": i.instance.profile,
+                "mig_uuids": list(i.instance.mig_uuids),
+                "sm_count": i.instance.sm_count,
+                "values": dict(i.gauges),
+                "missing": dict(i.missing),
+            }
+            for i in gpu.instances
+        ],
     }
 
 

@@ -6,13 +6,14 @@ The collector only reads data the sampler already gathered; it is rendered once 
 
 from __future__ import annotations
 
+import itertools
 import platform
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from smlens import __version__
+from smlens import __version__, instance_metrics
 from smlens import names as n
 from smlens.attribution import metrics as attribution_metrics
 from smlens.model import GpuState, Snapshot
@@ -114,7 +115,10 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot
-        gpu_families = self._gpu_families(snap)
+        gpu_families: Iterator[Metric] = itertools.chain(
+            self._gpu_families(snap),
+            instance_metrics.families(snap, RATIO_GAUGES, ACTIVITY_COUNTERS, COVERAGE_COUNTERS),
+        )
         if snap.attribution.owner_labels:
             gpu_families = attribution_metrics.with_owner_labels(gpu_families, snap.attribution)
         yield from gpu_families

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from smlens.instance_fold import InstanceTotals, fold_instances
 from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
 from smlens.names import ACTIVITIES
 from smlens.profiling_policy import ProfilingChoice
@@ -23,6 +24,7 @@ class GpuTotals:
     ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
     increments: Mapping[str, float] = field(default_factory=dict)
     xids: Mapping[int, int] = field(default_factory=dict)
+    instances: InstanceTotals = field(default_factory=dict)  # per MIG GPU instance
 
 
 def fold(
@@ -63,6 +65,7 @@ def fold(
                 ratios[key] = (source, ratio)
     gauges.update({key: ratio for key, (_, ratio) in ratios.items()})
     device_totals.update(increments)
+    instance_totals, instances = fold_instances(totals.instances, readings, choice.admits)
     delivered = choice.delivered(readings)
     xid_totals = MappingProxyType(xids)  # shared by totals and state, so read-only for both
     state = GpuState(
@@ -79,8 +82,13 @@ def fold(
         profiling_reason=choice.unavailable_reason(delivered, all_missing),
         sources=tuple(r.source for r in readings),
         profiling_mode=next((r.profiling_mode for r in readings if r.source == choice.source), ""),
+        instances=instances,
     )
     frozen = GpuTotals(
-        MappingProxyType(activity), MappingProxyType(ratios), MappingProxyType(increments), xid_totals
+        MappingProxyType(activity),
+        MappingProxyType(ratios),
+        MappingProxyType(increments),
+        xid_totals,
+        instance_totals,
     )
     return frozen, state

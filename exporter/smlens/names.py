@@ -11,6 +11,12 @@ UUID = "uuid"
 HOSTNAME = "hostname"
 GPU_LABELS = (GPU, UUID, HOSTNAME)
 
+# Labels a MIG GPU instance's series carry on top of GPU_LABELS.
+GPU_INSTANCE = "gpu_instance"
+MIG_PROFILE = "mig_profile"
+MIG_UUID = "mig_uuid"
+INSTANCE_LABELS = (*GPU_LABELS, GPU_INSTANCE, MIG_PROFILE, MIG_UUID)
+
 # Labels naming the workload that holds a GPU (added to its series when one container holds it).
 NAMESPACE = "namespace"
 POD = "pod"
@@ -39,6 +45,7 @@ PROFILING_ACTIVITIES = (
     FP16_ACTIVE,
 )
 ACTIVITIES = (UTILIZATION, *PROFILING_ACTIVITIES)
+INSTANCE_ACTIVITIES = (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)  # read per MIG GPU instance
 
 # Keys of Reading.gauges (base units).
 MEMORY_USED_BYTES = "memory_used_bytes"

@@ -14,13 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from smlens import profiling_policy
-from smlens.attribution.model import EMPTY_ATTRIBUTION
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.backend_health import BackendHealth
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendError, GpuLostError
 from smlens.fold import GpuTotals, fold
-from smlens.model import GpuIdentity, GpuState, Reading, Snapshot
+from smlens.model import EMPTY_ATTRIBUTION, GpuIdentity, GpuState, Reading, Snapshot
 from smlens.profiling_policy import ProfilingChoice
 
 log = logging.getLogger(__name__)

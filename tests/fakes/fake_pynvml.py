@@ -9,6 +9,41 @@ function fail with any NVML code on one GPU; ``lost`` makes every call on the GP
 NVML_ERROR_GPU_IS_LOST. GPM metrics are the integral of ``gpm_rates`` between two samples divided by
 the time between them, on the node's own clock, which only :meth:`FakeNode.advance` moves. Calling a
 pynvml function the fake does not script raises AssertionError, so a test sees it.
+
+MIG: a FakeGpu with ``mig_mode=NVML_DEVICE_MIG_ENABLE`` holds ``gpu_instances``, each with its compute
+instances (``FakeMigDevice``, one MIG device handle each). Tests reconfigure a running node by changing
+that list (``FakeNode.create_instance`` / ``destroy_instance``): handles of destroyed MIG devices stop
+working, as nvml.h says. Every MIG call was checked against nvml.h of NVIDIA/go-nvml (gen/nvml/nvml.h,
+"NVML VERSION: 13.3.29", commit 2f9e261f) for its arguments and return codes, and against pynvml.py of
+nvidia-ml-py 13.615.71 (the installed package) for what the Python binding returns:
+
+- nvmlDeviceGetMigMode -> [current, pending]; NOT_SUPPORTED on a GPU without MIG (pre-Ampere).
+- nvmlDeviceGetMaxMigDeviceCount -> int; 0 when MIG is not enabled (nvml.h: "Returns zero if MIG is not
+  supported or enabled"); 7 on an H200 in MIG mode.
+- nvmlDeviceGetMigDeviceHandleByIndex -> c_nvmlDevice_t; NOT_FOUND when no MIG device exists at that index,
+  INVALID_ARGUMENT for an index out of range, NOT_SUPPORTED when MIG is off.
+- nvmlDeviceGetGpuInstanceId / nvmlDeviceGetComputeInstanceId -> int, on a MIG device handle only
+  (NOT_SUPPORTED on a GPU handle, INVALID_ARGUMENT on a stale MIG handle).
+- nvmlDeviceIsMigDeviceHandle -> a ctypes c_uint, not an int (pynvml returns the c_uint itself).
+- nvmlDeviceGetDeviceHandleFromMigDeviceHandle -> the parent's handle; NOT_SUPPORTED on a GPU handle.
+- nvmlDeviceGetGpuInstanceById -> c_nvmlGpuInstance_t; "Requires privileged user": NO_PERMISSION unless
+  ``FakeNode.privileged``; NOT_FOUND for an unknown id; NOT_SUPPORTED when MIG is off.
+- nvmlGpuInstanceGetInfo -> c_nvmlGpuInstanceInfo_t (device, id, profileId, placement).
+- nvmlDeviceGetGpuInstanceProfileInfoByIdV -> c_nvmlGpuInstanceProfileInfo_v2_t whose ``name`` (a char
+  array) pynvml's _PrintableStructure returns as str, e.g. "MIG 1g.18gb"; NOT_SUPPORTED when MIG is off.
+- nvmlDeviceGetName / nvmlDeviceGetUUID / nvmlDeviceGetMemoryInfo / nvmlDeviceGetAttributes accept MIG
+  device handles (nvml.h: MIG device names, globally unique MIG UUIDs, per-instance memory, attributes
+  "currently only supports MIG device handles"). The MIG device name's form ("<GPU name> MIG 1g.18gb")
+  is what CUDA reports for MIG devices; NVML's own string was not seen on hardware here.
+- nvmlDeviceGetMemoryInfo on the GPU handle of a GPU in MIG mode: NO_PERMISSION unless privileged ("In MIG
+  mode, if device handle is provided, the API returns aggregate information, only if the caller has
+  appropriate privileges").
+- nvmlDeviceGetUtilizationRates / nvmlDeviceGetSamples on a GPU in MIG mode: NOT_SUPPORTED ("On
+  MIG-enabled GPUs, querying device utilization rates is not currently supported").
+- nvmlGpmMigSampleGet(parent, gpuInstanceId, sample): nvml.h only says "Nonzero NVML_ERROR_? enum on
+  error"; the fake answers NOT_FOUND for a GPU instance that does not exist and NOT_SUPPORTED when MIG is
+  off or GPM unsupported (assumed codes: smlens treats any failure alike).
+Any other pynvml function called with a MIG device handle raises AssertionError.
 """
 
 from __future__ import annotations
@@ -38,6 +73,29 @@ def _supported(value: T | None) -> T:
     if value is None:
         raise _error(real.NVML_ERROR_NOT_SUPPORTED)
     return value
+
+
+@dataclass
+class FakeMigDevice:
+    """One compute instance of a GPU instance: a MIG device with its own handle and UUID."""
+
+    uuid: str
+    compute_instance: int = 0
+    sm_count: int = 16
+
+
+@dataclass
+class FakeGpuInstance:
+    """One MIG GPU instance: its id, profile, memory and GPM rates, and its compute instances."""
+
+    id: int
+    devices: list[FakeMigDevice]
+    profile_id: int = 19  # the 1g profile's id in `nvidia-smi mig -lgip` on A100 and H100
+    profile_name: str = "MIG 1g.18gb"
+    slice_count: int = 1
+    memory_total: int = 17_716_740_096
+    memory_used: int | None = 4_194_304
+    gpm_rates: dict[int, float] = field(default_factory=dict)  # metric id -> percent from now on
 
 
 @dataclass
@@ -74,11 +132,42 @@ class FakeGpu:
     errors: dict[str, int] = field(default_factory=dict)  # pynvml function name -> NVML error code
     lost: bool = False
     calls: Counter[str] = field(default_factory=Counter)
+    mig_mode: int | None = real.NVML_DEVICE_MIG_DISABLE  # None: the GPU has no MIG (NOT_SUPPORTED)
+    max_mig_devices: int = 7
+    gpu_instances: list[FakeGpuInstance] = field(default_factory=list)
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_mode == real.NVML_DEVICE_MIG_ENABLE
+
+    def mig_devices(self) -> list[tuple[FakeGpuInstance, FakeMigDevice]]:
+        """MIG devices in index order: by GPU instance, then compute instance."""
+        return [
+            (gi, device)
+            for gi in sorted(self.gpu_instances, key=lambda g: g.id)
+            for device in sorted(gi.devices, key=lambda d: d.compute_instance)
+        ]
+
+
+# Functions nvml.h documents for MIG device handles, and that smlens calls with them.
+MIG_HANDLE_CALLS = frozenset(
+    {
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetAttributes",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    }
+)
 
 
 @dataclass
 class _Sample:
     gpu: str | None = None  # uuid of the GPU it was taken on; None until taken
+    gpu_instance: int | None = None  # the GPU instance of a MIG sample
     time_us: int = 0
     integrals: dict[int, float] = field(default_factory=dict)
 
@@ -97,6 +186,10 @@ class FakeNode:
         self.time_us = 10 * US
         self.event_wait_timeouts: list[int] = []
         self.metric_requests: list[list[int]] = []
+        self.privileged = False  # may call the functions nvml.h marks "Requires privileged user"
+        self._mig_structs: dict[int, Any] = {}  # id(FakeMigDevice) -> its handle's struct
+        self._gi_structs: dict[int, Any] = {}  # id(FakeGpuInstance) -> its handle's struct
+        self._mig_integrals: dict[tuple[str, int], dict[int, float]] = {}  # (uuid, GI id) -> integrals
         self._devices = [real.struct_c_nvmlDevice_t() for _ in self.gpus]
         self._integrals: dict[str, dict[int, float]] = {gpu.uuid: {} for gpu in self.gpus}
         self._samples: dict[int, tuple[Any, _Sample]] = {}  # address -> (struct kept alive, sample)
@@ -114,7 +207,23 @@ class FakeNode:
             for metric, rate in gpu.gpm_rates.items():
                 integrals = self._integrals[gpu.uuid]
                 integrals[metric] = integrals.get(metric, 0.0) + rate * seconds
+            for gi in gpu.gpu_instances:
+                mig = self._mig_integrals.setdefault((gpu.uuid, gi.id), {})
+                for metric, rate in gi.gpm_rates.items():
+                    mig[metric] = mig.get(metric, 0.0) + rate * seconds
         self.time_us += round(seconds * US)
+
+    def create_instance(self, uuid: str, instance: FakeGpuInstance) -> None:
+        """An administrator creates a GPU instance (with its compute instances) while smlens runs."""
+        gpu = self.gpu(uuid)
+        assert all(gi.id != instance.id for gi in gpu.gpu_instances), "GPU instance ids are unique per GPU"
+        gpu.gpu_instances.append(instance)
+
+    def destroy_instance(self, uuid: str, gpu_instance: int) -> None:
+        """An administrator destroys a GPU instance: its MIG device handles become invalid."""
+        gpu = self.gpu(uuid)
+        gpu.gpu_instances = [gi for gi in gpu.gpu_instances if gi.id != gpu_instance]
+        self._mig_integrals.pop((uuid, gpu_instance), None)
 
     def xid(self, uuid: str, code: int) -> None:
         """The driver reports XID ``code`` on a GPU."""
@@ -147,15 +256,44 @@ class FakeNode:
             raise _error(real.NVML_ERROR_UNINITIALIZED)
 
     def _device(self, function: str, handle: Any) -> FakeGpu:
+        gpu, mig = self._resolve(function, handle)
+        if mig is not None:
+            raise AssertionError(f"fake pynvml: {function} is not scripted for MIG device handles")
+        return gpu
+
+    def _resolve(
+        self, function: str, handle: Any
+    ) -> tuple[FakeGpu, tuple[FakeGpuInstance, FakeMigDevice] | None]:
+        """The GPU a handle names and, for a MIG device handle, its GPU instance and MIG device."""
         self._check_init()
-        position = [ctypes.addressof(d) for d in self._devices].index(ctypes.addressof(handle.contents))
-        gpu = self.gpus[position]
+        address = ctypes.addressof(handle.contents)
+        addresses = [ctypes.addressof(d) for d in self._devices]
+        mig = None
+        if address in addresses:
+            gpu = self.gpus[addresses.index(address)]
+        else:
+            gpu, mig = self._mig_handle_owner(address)
+            if function not in MIG_HANDLE_CALLS:
+                raise AssertionError(f"fake pynvml: {function} is not scripted for MIG device handles")
         gpu.calls[function] += 1
         if gpu.lost:
             raise _error(real.NVML_ERROR_GPU_IS_LOST)
         if function in gpu.errors:
             raise _error(gpu.errors[function])
-        return gpu
+        return gpu, mig
+
+    def _mig_handle_owner(self, address: int) -> tuple[FakeGpu, tuple[FakeGpuInstance, FakeMigDevice]]:
+        for gpu in self.gpus:
+            for gi, device in gpu.mig_devices() if gpu.mig_enabled else ():
+                struct = self._mig_structs.get(id(device))
+                if struct is not None and ctypes.addressof(struct) == address:
+                    return gpu, (gi, device)
+        # A handle of a destroyed MIG device (nvml.h: "the MIG device handle would remain invalid").
+        raise _error(real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def _mig_handle(self, device: FakeMigDevice) -> Any:
+        struct = self._mig_structs.setdefault(id(device), real.struct_c_nvmlDevice_t())
+        return ctypes.pointer(struct)
 
     def _handle(self, position: int) -> Any:
         return ctypes.pointer(self._devices[position])
@@ -199,10 +337,12 @@ class FakeNode:
 
     # ---- identity -----------------------------------------------------------------------------
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        return self._device("nvmlDeviceGetUUID", handle).uuid
+        gpu, mig = self._resolve("nvmlDeviceGetUUID", handle)
+        return gpu.uuid if mig is None else mig[1].uuid
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
-        return self._device("nvmlDeviceGetName", handle).name
+        gpu, mig = self._resolve("nvmlDeviceGetName", handle)
+        return gpu.name if mig is None else f"{gpu.name} {mig[0].profile_name}"
 
     def nvmlDeviceGetSerial(self, handle: Any) -> str:
         return _supported(self._device("nvmlDeviceGetSerial", handle).serial)
@@ -213,8 +353,15 @@ class FakeNode:
         return info
 
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+        gpu, mig = self._resolve("nvmlDeviceGetAttributes", handle)
         attributes = real.c_nvmlDeviceAttributes()
-        attributes.multiprocessorCount = _supported(self._device("nvmlDeviceGetAttributes", handle).sm_count)
+        if mig is None:
+            attributes.multiprocessorCount = _supported(gpu.sm_count)
+        else:
+            gi, device = mig
+            attributes.multiprocessorCount = device.sm_count
+            attributes.gpuInstanceSliceCount = gi.slice_count
+            attributes.memorySizeMB = gi.memory_total >> 20
         return attributes
 
     def nvmlDeviceGetNumGpuCores(self, handle: Any) -> int:
@@ -225,9 +372,14 @@ class FakeNode:
 
     # ---- gauges and counters --------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
-        gpu = self._device("nvmlDeviceGetMemoryInfo", handle)
-        used = _supported(gpu.memory_used)
-        return real.c_nvmlMemory_t(total=gpu.memory_total, free=gpu.memory_total - used, used=used)
+        gpu, mig = self._resolve("nvmlDeviceGetMemoryInfo", handle)
+        if mig is None and gpu.mig_enabled and not self.privileged:
+            raise _error(real.NVML_ERROR_NO_PERMISSION)  # nvml.h: aggregate in MIG mode only if privileged
+        total, used = (
+            (gpu.memory_total, gpu.memory_used) if mig is None else (mig[0].memory_total, mig[0].memory_used)
+        )
+        used = _supported(used)
+        return real.c_nvmlMemory_t(total=total, free=total - used, used=used)
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return _supported(self._device("nvmlDeviceGetPowerUsage", handle).power_mw)
@@ -286,11 +438,15 @@ class FakeNode:
     # ---- utilization ------------------------------------------------------------------------------
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         gpu = self._device("nvmlDeviceGetUtilizationRates", handle)
+        if gpu.mig_enabled:
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED)
         return real.c_nvmlUtilization_t(gpu=_supported(gpu.utilization_percent), memory=0)
 
     def nvmlDeviceGetSamples(self, handle: Any, sampling_type: int, last_seen: int) -> tuple[int, list[Any]]:
         gpu = self._device("nvmlDeviceGetSamples", handle)
         assert sampling_type == real.NVML_GPU_UTILIZATION_SAMPLES
+        if gpu.mig_enabled:
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED)
         # Like the real driver (measured on an H200, driver 580): timestamps compare to the millisecond.
         newer = [s for s in _supported(gpu.utilization_samples) if s[0] // 1000 > last_seen // 1000]
         if not newer:
@@ -301,6 +457,84 @@ class FakeNode:
             sample.sampleValue.uiVal = percent
             samples.append(sample)
         return real.NVML_VALUE_TYPE_UNSIGNED_INT, samples
+
+    # ---- MIG ----------------------------------------------------------------------------------------
+    def _mig_gpu(self, function: str, handle: Any) -> FakeGpu:
+        """A GPU handle of a GPU in MIG mode; NOT_SUPPORTED without MIG."""
+        gpu = self._device(function, handle)
+        if not gpu.mig_enabled:
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        gpu = self._device("nvmlDeviceGetMigMode", handle)
+        mode = _supported(gpu.mig_mode)
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        gpu = self._device("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return gpu.max_mig_devices if gpu.mig_enabled else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
+        gpu = self._mig_gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if not 0 <= index < gpu.max_mig_devices:
+            raise _error(real.NVML_ERROR_INVALID_ARGUMENT)
+        devices = gpu.mig_devices()
+        if index >= len(devices):
+            raise _error(real.NVML_ERROR_NOT_FOUND)
+        return self._mig_handle(devices[index][1])
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: Any) -> Any:
+        _, mig = self._resolve("nvmlDeviceIsMigDeviceHandle", handle)
+        return ctypes.c_uint(mig is not None)
+
+    def _mig_of(self, function: str, handle: Any) -> tuple[FakeGpu, FakeGpuInstance, FakeMigDevice]:
+        gpu, mig = self._resolve(function, handle)
+        if mig is None:
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED)
+        return gpu, mig[0], mig[1]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        return self._mig_of("nvmlDeviceGetGpuInstanceId", handle)[1].id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        return self._mig_of("nvmlDeviceGetComputeInstanceId", handle)[2].compute_instance
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
+        gpu = self._mig_of("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)[0]
+        return self._handle(self.gpus.index(gpu))
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gpu_instance: int) -> Any:
+        gpu = self._mig_gpu("nvmlDeviceGetGpuInstanceById", handle)
+        if not self.privileged:
+            raise _error(real.NVML_ERROR_NO_PERMISSION)
+        for gi in gpu.gpu_instances:
+            if gi.id == gpu_instance:
+                struct = self._gi_structs.setdefault(id(gi), real.struct_c_nvmlGpuInstance_t())
+                return ctypes.pointer(struct)
+        raise _error(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlGpuInstanceGetInfo(self, instance: Any) -> Any:
+        self._check_init()
+        for position, gpu in enumerate(self.gpus):
+            for gi in gpu.gpu_instances:
+                struct = self._gi_structs.get(id(gi))
+                if struct is not None and ctypes.addressof(struct) == ctypes.addressof(instance.contents):
+                    info = real.c_nvmlGpuInstanceInfo_t()
+                    info.device, info.id, info.profileId = self._handle(position), gi.id, gi.profile_id
+                    return info
+        raise _error(real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetGpuInstanceProfileInfoByIdV(self, handle: Any, profile_id: int) -> Any:
+        gpu = self._mig_gpu("nvmlDeviceGetGpuInstanceProfileInfoByIdV", handle)
+        for gi in gpu.gpu_instances:
+            if gi.profile_id == profile_id:
+                info = real.c_nvmlGpuInstanceProfileInfo_v2_t()
+                info.id, info.sliceCount, info.name = profile_id, gi.slice_count, gi.profile_name.encode()
+                info.multiprocessorCount = sum(d.sm_count for d in gi.devices)
+                info.memorySizeMB = gi.memory_total >> 20
+                return info
+        raise _error(real.NVML_ERROR_INVALID_ARGUMENT)
 
     # ---- GPM ----------------------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
@@ -332,6 +566,18 @@ class FakeNode:
             raise _error(real.NVML_ERROR_NOT_SUPPORTED)
         taken = self._sample(sample)
         taken.gpu, taken.time_us, taken.integrals = gpu.uuid, self.time_us, dict(self._integrals[gpu.uuid])
+        taken.gpu_instance = None
+        return sample
+
+    def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: int, sample: Any) -> Any:
+        gpu = self._device("nvmlGpmMigSampleGet", handle)
+        if not gpu.gpm_supported or not gpu.mig_enabled:
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED)
+        if all(gi.id != gpu_instance for gi in gpu.gpu_instances):
+            raise _error(real.NVML_ERROR_NOT_FOUND)
+        taken = self._sample(sample)
+        taken.gpu, taken.gpu_instance, taken.time_us = gpu.uuid, gpu_instance, self.time_us
+        taken.integrals = dict(self._mig_integrals.get((gpu.uuid, gpu_instance), {}))
         return sample
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:
@@ -339,7 +585,11 @@ class FakeNode:
         if request.version != real.NVML_GPM_METRICS_GET_VERSION:
             raise _error(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         first, second = self._sample(request.sample1), self._sample(request.sample2)
-        if first.gpu is None or first.gpu != second.gpu or second.time_us <= first.time_us:
+        if (
+            first.gpu is None
+            or (first.gpu, first.gpu_instance) != (second.gpu, second.gpu_instance)
+            or second.time_us <= first.time_us
+        ):
             raise _error(real.NVML_ERROR_INVALID_ARGUMENT)
         gpu = self.gpu(first.gpu)
         gpu.calls["nvmlGpmMetricsGet"] += 1

@@ -27,10 +27,12 @@ _DRA_NAME = re.compile(r"(?:^|-)gpu-(\d+)(-mig-.*)?$")
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a device lives: its GPU's uuid (None if not on a known GPU) and whether it is a MIG slice."""
+    """Where a device lives: its GPU's uuid (None if not on a known GPU), whether it is a MIG slice and,
+    when known, the id of its GPU instance."""
 
     gpu_uuid: str | None
     partition: bool = False
+    gpu_instance: int | None = None
 
 
 UNKNOWN = Placement(None)
@@ -39,12 +41,14 @@ UNKNOWN = Placement(None)
 class DeviceMap:
     """Resolves device ids against the GPUs this exporter serves."""
 
-    def __init__(self, gpus: Sequence[GpuIdentity], mig_parents: Mapping[str, str] | None = None) -> None:
-        """``mig_parents`` maps MIG device UUIDs to the UUID of the GPU they are carved from."""
+    def __init__(
+        self, gpus: Sequence[GpuIdentity], mig_devices: Mapping[str, tuple[str, int]] | None = None
+    ) -> None:
+        """``mig_devices`` maps MIG device UUIDs to the GPU they are carved from and their GPU instance."""
         self.gpus = tuple(gpus)
         self._by_uuid = {gpu.uuid.lower(): gpu.uuid for gpu in gpus}
         self._by_index = {gpu.index: gpu.uuid for gpu in gpus}
-        self._mig_parents = {mig.lower(): parent for mig, parent in (mig_parents or {}).items()}
+        self._mig_devices = {mig.lower(): where for mig, where in (mig_devices or {}).items()}
 
     def _index(self, text: str) -> str | None:
         return self._by_index.get(int(text))
@@ -55,10 +59,13 @@ class DeviceMap:
         lower = base.lower()
         if lower.startswith("gpu-"):
             return Placement(self._by_uuid.get(lower))
-        if lower.startswith("mig-gpu-"):
-            return Placement(self._by_uuid.get(lower[len("mig-") :].split("/", 1)[0]), partition=True)
+        if lower.startswith("mig-gpu-"):  # MIG-GPU-<uuid>/<gpu instance>/<compute instance>
+            parent, _, rest = lower[len("mig-") :].partition("/")
+            instance = rest.partition("/")[0]
+            return Placement(self._by_uuid.get(parent), True, int(instance) if instance.isdigit() else None)
         if lower.startswith("mig-"):
-            return Placement(self._mig_parents.get(lower), partition=True)
+            found = self._mig_devices.get(lower)
+            return Placement(None, True) if found is None else Placement(found[0], True, found[1])
         if _INDEX.match(base):
             return Placement(self._index(base))
         mig = _MIG_BY_INDEX.match(base)

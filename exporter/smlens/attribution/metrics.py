@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
-from smlens.attribution.model import PODRESOURCES, PROCESSES, SIM, Attribution
-from smlens.model import GpuIdentity
-from smlens.names import CONTAINER, GPU_LABELS, NAMESPACE, OWNER_LABELS, POD, SLURM_JOB, UUID
+from smlens.attribution.refresher import PODRESOURCES, PROCESSES, SIM
+from smlens.model import Attribution, GpuIdentity, Workload
+from smlens.names import GPU_INSTANCE, GPU_LABELS, OWNER_LABELS, SLURM_JOB, UUID
 
 _WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, SLURM_JOB)
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
@@ -19,21 +20,33 @@ _OWN_LABELS = ("gpu_allocation_info", "gpu_workload_")
 
 
 def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> Iterator[Metric]:
-    """Add namespace, pod and container to every sample of a GPU that exactly one container holds."""
-    owners: dict[str, dict[str, str]] = {}
-    for uuid in {a.gpu_uuid for a in attribution.allocations if a.gpu_uuid is not None}:
+    """Add namespace, pod and container to every sample of a GPU that exactly one container holds, and
+    to every sample of a MIG GPU instance (label ``gpu_instance``) whose MIG devices one container holds."""
+    owners: dict[tuple[str, str], dict[str, str]] = {}  # (uuid, gpu_instance or "") -> owner labels
+    for allocation in attribution.allocations:
+        uuid = allocation.gpu_uuid
+        if uuid is None:
+            continue
         owner = attribution.sole_owner(uuid)
         if owner is not None:
-            owners[uuid] = {NAMESPACE: owner.namespace, POD: owner.pod, CONTAINER: owner.container}
+            owners[(uuid, "")] = _labels(owner)
+        if allocation.gpu_instance is not None:
+            owner = attribution.instance_owner(uuid, allocation.gpu_instance)
+            if owner is not None:
+                owners[(uuid, str(allocation.gpu_instance))] = _labels(owner)
     for family in families:
         if owners and not family.name.startswith(_OWN_LABELS):
-            family.samples = [
-                sample._replace(labels={**sample.labels, **owners[sample.labels[UUID]]})
-                if sample.labels.get(UUID) in owners
-                else sample
-                for sample in family.samples
-            ]
+            family.samples = [_with_owner(sample, owners) for sample in family.samples]
         yield family
+
+
+def _with_owner(sample: Sample, owners: Mapping[tuple[str, str], dict[str, str]]) -> Sample:
+    owner = owners.get((sample.labels.get(UUID, ""), sample.labels.get(GPU_INSTANCE, "")))
+    return sample if owner is None else sample._replace(labels={**sample.labels, **owner})
+
+
+def _labels(owner: Workload) -> dict[str, str]:
+    return dict(zip(OWNER_LABELS, (owner.namespace, owner.pod, owner.container), strict=True))
 
 
 def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: str) -> Iterator[Metric]:

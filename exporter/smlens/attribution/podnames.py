@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from smlens.attribution.cgroups import CgroupIdentity
-from smlens.attribution.model import UNATTRIBUTED, Workload
+from smlens.model import UNATTRIBUTED, Workload
 
 DEFAULT_LOG_DIR = Path("/var/log")
 SHORT_ID = 12  # docker's short container id, for containers outside Kubernetes

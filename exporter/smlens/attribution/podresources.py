@@ -17,8 +17,9 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from smlens.attribution import podresources_v1_pb2 as api
 from smlens.attribution import podresources_v1_pb2_grpc as api_grpc
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES, DeviceMap, Placement
-from smlens.attribution.model import PODRESOURCES, Allocation, Workload
+from smlens.attribution.refresher import PODRESOURCES
 from smlens.errors import BackendError
+from smlens.model import Allocation, Workload
 
 # The kubelet sends up to 16 MiB; gRPC's client default of 4 MiB is too small for busy nodes.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -102,14 +103,14 @@ def allocations(
                             yield owner, resource.driver_name, device, placement
 
     unique = dict.fromkeys(
-        Allocation(owner, resource, device, placement.gpu_uuid, placement.partition)
+        Allocation(owner, resource, device, placement.gpu_uuid, placement.partition, placement.gpu_instance)
         for owner, resource, device, placement in entries()
     )
     return tuple(unique)
 
 
 class PodResourcesSource:
-    """Allocation source backed by the kubelet. ``mig_parents`` is asked afresh on every refresh."""
+    """Allocation source backed by the kubelet. ``mig_devices`` is asked afresh on every refresh."""
 
     name = PODRESOURCES
 
@@ -119,17 +120,17 @@ class PodResourcesSource:
         devices: DeviceMap,
         resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES,
         dra_drivers: Sequence[str] = DEFAULT_DRA_DRIVERS,
-        mig_parents: Callable[[], Mapping[str, str]] | None = None,
+        mig_devices: Callable[[], Mapping[str, tuple[str, int]]] | None = None,
     ) -> None:
         self._client = client
         self._devices = devices
         self._resource_names = tuple(resource_names)
         self._dra_drivers = tuple(dra_drivers)
-        self._mig_parents = mig_parents
+        self._mig_devices = mig_devices
 
     def allocations(self) -> tuple[Allocation, ...]:
         response = self._client.list()
         devices = self._devices
-        if self._mig_parents is not None:
-            devices = DeviceMap(devices.gpus, self._mig_parents())
+        if self._mig_devices is not None:
+            devices = DeviceMap(devices.gpus, self._mig_devices())
         return allocations(response, devices, self._resource_names, self._dra_drivers)

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from smlens.attribution import cgroups
-from smlens.attribution.model import PROCESSES, Workload, WorkloadUsage
 from smlens.attribution.podnames import DEFAULT_LOG_DIR, NO_NAMES, PodNames
-from smlens.backends.nvml_calls import Absent, call, describe, nvml_module
-from smlens.backends.nvml_session import NvmlSession
+from smlens.attribution.refresher import PROCESSES
 from smlens.errors import BackendError, GpuLostError
-from smlens.model import GpuIdentity
+from smlens.model import GpuIdentity, Workload, WorkloadUsage
+from smlens.nvml.calls import Absent, call, describe, nvml_module
+from smlens.nvml.session import NvmlSession
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from smlens.attribution.model import EMPTY_ATTRIBUTION, Allocation, Attribution, SourceState, WorkloadUsage
 from smlens.errors import BackendError
+from smlens.model import EMPTY_ATTRIBUTION, Allocation, Attribution, SourceState, WorkloadUsage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# Names of attribution sources, used as the ``source`` label of smlens_attribution_up.
+PODRESOURCES = "podresources"
+PROCESSES = "processes"
+SIM = "sim"
 
 DEFAULT_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 5.0

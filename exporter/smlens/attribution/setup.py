@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from time import monotonic
 
 from smlens.attribution import sim_layout
 from smlens.attribution.devices import DeviceMap
-from smlens.attribution.mig import mig_parents
-from smlens.attribution.processes import ProcessSource
 from smlens.attribution.refresher import AllocationSource, AttributionRefresher, UsageSource
-from smlens.backends.nvml_session import NvmlSession
 from smlens.config import ServeSettings
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity
+from smlens.nvml.session import NvmlSession
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
@@ -54,7 +53,9 @@ def build_refresher(settings: ServeSettings, gpus: Sequence[GpuIdentity]) -> Att
             devices,
             settings.gpu_resource_names,
             settings.gpu_dra_drivers,
-            mig_parents=None if session is None else (lambda: mig_parents(session, devices.gpus)),
+            mig_devices=None
+            if session is None
+            else (lambda: session.mig_placements(devices.gpus, monotonic())),
         )
     elif sim:
         pods = sim_layout.load(settings.sim_pods) if settings.sim_pods else sim_layout.DEFAULT_PODS
@@ -62,6 +63,8 @@ def build_refresher(settings: ServeSettings, gpus: Sequence[GpuIdentity]) -> Att
         allocation = sim_layout.SimLayoutSource(pods, gpus, origin)
     usage: UsageSource | None = None
     if settings.process_attribution and session is not None:
+        from smlens.attribution.processes import ProcessSource  # /proc and cgroup parsing: only when asked
+
         usage = ProcessSource(session, gpus, settings.attribution_interval)
     if allocation is None and usage is None:
         return None

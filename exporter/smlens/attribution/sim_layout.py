@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smlens.attribution.model import SIM, Allocation, Workload
+from smlens.attribution.refresher import SIM
 from smlens.errors import ConfigError
-from smlens.model import GpuIdentity
+from smlens.model import Allocation, GpuIdentity, Workload
 from smlens.yamlfile import read_yaml
 
 EXCLUSIVE_RESOURCE = "nvidia.com/gpu"

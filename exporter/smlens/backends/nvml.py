@@ -20,20 +20,9 @@ from typing import Any
 
 from smlens.backends.base import DeviceSource
 from smlens.backends.gpm import GpmBackend
-from smlens.backends.nvml_calls import (
-    Absent,
-    attach_each,
-    call,
-    describe,
-    failure,
-    nvml_module,
-    text,
-    value_of,
-)
-from smlens.backends.nvml_session import NvmlSession
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
-from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, Reading
+from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, InstanceReading, Reading
 from smlens.names import (
     ECC_CORRECTED,
     ECC_UNCORRECTED,
@@ -50,6 +39,17 @@ from smlens.names import (
     TEMPERATURE_CELSIUS,
     UTILIZATION,
 )
+from smlens.nvml.calls import (
+    Absent,
+    attach_each,
+    call,
+    describe,
+    failure,
+    nvml_module,
+    text,
+    value_of,
+)
+from smlens.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ class _Device:
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
     samples_supported: bool = True
+    rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
     next_samples_at: float = -math.inf
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
@@ -308,7 +309,26 @@ class NvmlBackend(DeviceSource):
             clock_events=clock_events,
             xid_events=self._xids.take(gpu.uuid),
             missing=parts.missing,
+            instances=self._instances(gpu, device, now),
         )
+
+    def _instances(self, gpu: GpuIdentity, device: _Device, now: float) -> tuple[InstanceReading, ...]:
+        """Memory used and total of each MIG GPU instance (NVML gives no utilization per instance)."""
+        layout = self._session.mig_layout(gpu, now)
+        if layout is None or isinstance(layout, Absent):
+            return ()
+        nv = nvml_module()
+        readings = []
+        for found in layout:
+            memory = call(nv.nvmlDeviceGetMemoryInfo, found.handles[0], gpu=device.label)
+            if isinstance(memory, Absent) and memory.reason in ("invalid_argument", "not_found"):
+                self._session.rescan_mig(gpu)  # a stale MIG device handle: the instance is gone
+                continue
+            parts = _Parts()
+            parts.put(parts.gauges, MEMORY_USED_BYTES, _member(memory, "used"))
+            parts.put(parts.gauges, MEMORY_TOTAL_BYTES, _member(memory, "total"))
+            readings.append(InstanceReading(found.instance, gauges=parts.gauges, missing=parts.missing))
+        return tuple(readings)
 
     def _utilization(self, device: _Device, now: float) -> Activity | Absent | None:
         """Time-weighted NVML utilization since the last samples read; None when not read this tick."""
@@ -334,9 +354,12 @@ class NvmlBackend(DeviceSource):
             if got.reason != "not_supported":
                 return got
             device.samples_supported = False
+        if not device.rates_supported:
+            return Absent("not_supported")
         rates = call(nv.nvmlDeviceGetUtilizationRates, device.handle, gpu=device.label)
         previous, device.last_read = device.last_read, now
         if isinstance(rates, Absent):
+            device.rates_supported = rates.reason != "not_supported"
             return rates
         if previous is None:
             return ZERO_ACTIVITY

@@ -11,8 +11,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-from smlens.backends.nvml_calls import Absent, address, call, nvml_module
 from smlens.errors import GpuLostError
+from smlens.nvml.calls import Absent, address, call, nvml_module
 
 _MAX_EVENTS_PER_DRAIN = 256
 

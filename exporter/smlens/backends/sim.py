@@ -1,8 +1,9 @@
 """A deterministic simulated GPU node, for demos, tests and dashboards.
 
 Each GPU holds one steady profile by default (see :data:`DEFAULT_LAYOUT`), so users and tests can tell
-them apart; a scenario file makes them change over time. It is only ever used when asked for
-(``--backend sim``), never in place of missing hardware.
+them apart; a scenario file makes them change over time, or splits a GPU into MIG instances (``mig:``),
+each with its own steady profile. It is only ever used when asked for (``--backend sim``), never in
+place of missing hardware.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from smlens import names as n
 from smlens.backends.base import DeviceSource
 from smlens.errors import ConfigError, GpuLostError
-from smlens.model import Activity, GpuIdentity, Reading
+from smlens.model import Activity, GpuIdentity, InstanceReading, MigInstance, Reading
 from smlens.yamlfile import read_yaml
 
 SIM_SM_COUNT = 132
@@ -28,6 +29,14 @@ SIM_MEMORY_BYTES = 141 * 1024**3
 SIM_POWER_LIMIT_WATTS = 700.0
 SIM_MAX_SM_CLOCK_HERTZ = 1.98e9
 NOISE = 0.02
+# MIG profiles of the simulated H200: SMs and memory of one GPU instance (the H100 family's slicing).
+SIM_MIG_PROFILES: Mapping[str, tuple[int, int]] = {
+    "1g.18gb": (16, 18 * 1024**3),
+    "2g.35gb": (32, 35 * 1024**3),
+    "3g.71gb": (60, 71 * 1024**3),
+    "4g.71gb": (64, 71 * 1024**3),
+    "7g.141gb": (132, 141 * 1024**3),
+}
 
 
 @dataclass(frozen=True)
@@ -152,10 +161,19 @@ def _unreadable(raw: Any, where: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class SimInstance:
+    """One simulated MIG GPU instance and the steady profile it holds."""
+
+    mig_profile: str  # a key of SIM_MIG_PROFILES
+    profile: Profile
+
+
+@dataclass(frozen=True)
 class Scenario:
-    """Per GPU, the phases it goes through (one phase = steady)."""
+    """Per GPU, the phases it goes through (one phase = steady), and its MIG instances if it is split."""
 
     gpus: tuple[tuple[Phase, ...], ...]
+    mig: Mapping[int, tuple[SimInstance, ...]] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     def steady(count: int) -> Scenario:
@@ -210,9 +228,13 @@ def load_scenario(path: Path) -> Scenario:
             f"{n.MAX_SIM_GPUS}."
         )
     gpus: list[tuple[Phase, ...]] = []
+    mig: dict[int, tuple[SimInstance, ...]] = {}
     for i, entry in enumerate(raw["gpus"]):
         where = f"{path}: gpus[{i}]"
-        if isinstance(entry, dict) and "phases" in entry:
+        if isinstance(entry, dict) and "mig" in entry:
+            mig[i] = _instances(entry["mig"], f"{where}.mig")
+            gpus.append((Phase(PROFILES["idle"], 0.0),))
+        elif isinstance(entry, dict) and "phases" in entry:
             phases = entry["phases"]
             if not isinstance(phases, list) or not phases:
                 raise ConfigError(f"{where}: 'phases' must be a non-empty list.")
@@ -230,7 +252,27 @@ def load_scenario(path: Path) -> Scenario:
             gpus.append(tuple(built))
         else:
             gpus.append((Phase(_profile(entry, where), 0.0, _unreadable(entry, where)),))
-    return Scenario(tuple(gpus))
+    return Scenario(tuple(gpus), mig)
+
+
+def _instances(raw: Any, where: str) -> tuple[SimInstance, ...]:
+    """``mig:`` a list of GPU instances, each ``{mig_profile: 1g.18gb, profile: hollow, ...overrides}``."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: expected a non-empty list of GPU instances.")
+    instances = []
+    for j, entry in enumerate(raw):
+        slot = f"{where}[{j}]"
+        name = entry.get("mig_profile") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name not in SIM_MIG_PROFILES:
+            raise ConfigError(
+                f"{slot}: mig_profile must be one of {', '.join(SIM_MIG_PROFILES)}, got {name!r}."
+            )
+        instances.append(
+            SimInstance(name, _profile({k: v for k, v in entry.items() if k != "mig_profile"}, slot))
+        )
+    if sum(SIM_MIG_PROFILES[i.mig_profile][0] for i in instances) > SIM_SM_COUNT:
+        raise ConfigError(f"{where}: the instances need more than the GPU's {SIM_SM_COUNT} SMs.")
+    return tuple(instances)
 
 
 class SimBackend(DeviceSource):
@@ -297,7 +339,8 @@ class SimBackend(DeviceSource):
         phase = self.phase_at(gpu.index, now - self._start)
         if UNREADABLE_GPU in phase.unreadable:
             raise GpuLostError(f"simulated GPU {gpu.index} is lost (scenario).")
-        profile = phase.profile
+        split = self._scenario.mig.get(gpu.index, ())
+        profile = self._whole(split) if split else phase.profile
         last = self._last.get(gpu.index)
         self._last[gpu.index] = now
         dt = 0.0 if last is None else max(now - last, 0.0)
@@ -314,6 +357,8 @@ class SimBackend(DeviceSource):
         }
         noisy = {key: self._noisy(rng, value) for key, value in ratios.items()}
         activity = {key: Activity.of(value, dt) for key, value in noisy.items()} if dt > 0 else {}
+        if split:  # as NVML: no utilization for a GPU in MIG mode
+            activity.pop(n.UTILIZATION, None)
         busy = noisy[n.UTILIZATION]
         power = 75.0 + (SIM_POWER_LIMIT_WATTS - 75.0) * (0.25 * busy + 0.75 * noisy[n.SM_ACTIVE]) * 0.9
         self._energy[gpu.index] += power * dt
@@ -345,9 +390,47 @@ class SimBackend(DeviceSource):
                 n.NVLINK_RX_BYTES: profile.nvlink_bytes_per_second * dt / 2,
             },
             clock_events={"gpu_idle": busy == 0.0, "sw_power_cap": False, "hw_thermal_slowdown": False},
+            missing={n.UTILIZATION: "not_supported"} if split else {},
             profiling=True,
+            instances=self._instance_readings(gpu, split, rng, dt),
         )
         return _without(reading, phase.unreadable) if phase.unreadable else reading
+
+    @staticmethod
+    def _whole(split: Sequence[SimInstance]) -> Profile:
+        """A split GPU as a whole: its instances' profiles weighted by their SMs, idle SMs counting 0."""
+        weights = [SIM_MIG_PROFILES[i.mig_profile][0] / SIM_SM_COUNT for i in split]
+        merged = {
+            f.name: sum(w * getattr(i.profile, f.name) for w, i in zip(weights, split, strict=True))
+            for f in dataclasses.fields(Profile)
+        }
+        memory = sum(SIM_MIG_PROFILES[i.mig_profile][1] * i.profile.memory_used_ratio for i in split)
+        return Profile(**{**merged, "memory_used_ratio": memory / SIM_MEMORY_BYTES})
+
+    def _instance_readings(
+        self, gpu: GpuIdentity, split: Sequence[SimInstance], rng: random.Random, dt: float
+    ) -> tuple[InstanceReading, ...]:
+        readings = []
+        for position, sim in enumerate(split):
+            sms, memory = SIM_MIG_PROFILES[sim.mig_profile]
+            instance = MigInstance(
+                gpu_instance=position + 1,
+                profile=sim.mig_profile,
+                mig_uuids=(f"MIG-{uuid.uuid5(self._namespace, f'{gpu.index}/{position}')}",),
+                sm_count=sms,
+            )
+            ratios = {key: self._noisy(rng, getattr(sim.profile, key)) for key in n.INSTANCE_ACTIVITIES}
+            readings.append(
+                InstanceReading(
+                    instance,
+                    gauges={
+                        n.MEMORY_USED_BYTES: round(sim.profile.memory_used_ratio * memory),
+                        n.MEMORY_TOTAL_BYTES: float(memory),
+                    },
+                    activity={k: Activity.of(v, dt) for k, v in ratios.items()} if dt > 0 else {},
+                )
+            )
+        return tuple(readings)
 
 
 def _without(reading: Reading, unreadable: frozenset[str]) -> Reading:
@@ -361,6 +444,6 @@ def _without(reading: Reading, unreadable: frozenset[str]) -> Reading:
         activity={k: v for k, v in reading.activity.items() if k not in keys},
         totals={k: v for k, v in reading.totals.items() if k not in keys},
         increments={k: v for k, v in reading.increments.items() if k not in keys},
-        missing=dict.fromkeys(sorted(keys), "not_supported"),
+        missing={**reading.missing, **dict.fromkeys(sorted(keys), "not_supported")},
         profiling=not keys & set(n.PROFILING_ACTIVITIES),
     )

@@ -1,0 +1,228 @@
+"""Benchmark: smlens' per-tick sampling cost against the bare NVML/GPM calls, for one H200 whole and
+split into 7 MIG instances, with each call given the latency measured on an H200.
+
+No GPU is needed: the NVML calls go to the fake pynvml of the tests (tests/fakes/fake_pynvml.py), and every
+call is made to take at least its H200 latency (a busy wait from the call's start, so the fake's own Python
+cost hides inside the latency, as the driver's does). Latencies and ticks are counted in the thread's CPU
+time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is one
+``Sampler.tick()`` over the nvml and gpm backends (reads, per-instance fold); ``bare`` is a loop making the
+same calls with handles, samples and requests prepared in advance, as a hand-written poller would. The two
+alternate tick by tick; the figure is the ratio of their medians (target <= 1.25x).
+
+    python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
+
+Per-call latencies (µs), ``reference``: the bare-metal H200 of ../shared/reference/h200-gpm-probe.md
+(driver 580): memory info 4.8, power 5.5, temperature 2.2, clocks 2.2, clock-event reasons 2.0, volatile
+ECC 7.2, utilization 10.4, nvmlGpmSampleGet 43.2, nvmlGpmMetricsGet 7.5 + 1.65 per metric (fits 10.8 µs
+for 2 metrics and 14.1 µs for 4), field values with MEMORY_TEMP 32. ``h200`` (default): the project's H200,
+where bench/nvml_call_cost.py measured 243 µs for the nvml backend's every-tick calls and 244 µs for the
+GPM sample and metrics of one tick (docs/validation.md): the reference latencies scaled by group so that
+they add up to those two totals. Not measured on either host, so assumed: nvmlGpmMigSampleGet costs what
+nvmlGpmSampleGet does, every MIG enumeration call (mode, handles, ids, UUID, name, attributes) what a
+clock read does, the enforced power limit what power does. The slow counters (energy, PCIe replays) are
+read every 10^9 s here, in neither loop: they are the same calls on both sides and would only dilute the
+ratio; XID events are off for the same reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "exporter"), str(REPO / "tests")]
+
+import pynvml  # noqa: E402
+
+from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode  # noqa: E402
+from smlens.backends.gpm import INSTANCE_METRICS, METRICS, metrics_request  # noqa: E402
+from smlens.backends.nvml import open_nvml_backends  # noqa: E402
+from smlens.sampler import Sampler  # noqa: E402
+
+REFERENCE_US = {
+    "nvmlDeviceGetMemoryInfo": 4.8,
+    "nvmlDeviceGetPowerUsage": 5.5,
+    "nvmlDeviceGetEnforcedPowerLimit": 5.5,
+    "nvmlDeviceGetTemperature": 2.2,
+    "nvmlDeviceGetClockInfo": 2.2,
+    "nvmlDeviceGetCurrentClocksEventReasons": 2.0,
+    "nvmlDeviceGetTotalEccErrors": 7.2,
+    "nvmlDeviceGetUtilizationRates": 10.4,
+    "nvmlDeviceGetFieldValues": 32.0,
+    "nvmlGpmSampleGet": 43.2,
+    "nvmlGpmMigSampleGet": 43.2,
+}
+ENUMERATION = "nvmlDeviceGetClockInfo"  # what every other call costs: MIG mode, handles, ids, names
+GPU = "GPU-11111111-1111-2222-3333-444444444444"
+# bench/nvml_call_cost.py on the project's H200 (docs/validation.md): every-tick calls of one GPU.
+H200_NVML_TICK_US, H200_GPM_TICK_US = 243.0, 244.0
+_NVML_TICK = (  # the calls behind H200_NVML_TICK_US, with the event drain costed like a clock read
+    *("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit"),
+    *("nvmlDeviceGetTemperature", "nvmlDeviceGetFieldValues", "nvmlDeviceGetClockInfo"),
+    *("nvmlDeviceGetClockInfo", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetTotalEccErrors"),
+    *("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetClockInfo"),
+)
+_GPM = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet")
+
+
+def metrics_get_us(metrics: int) -> float:
+    return 7.5 + 1.65 * metrics
+
+
+def latencies(profile: str) -> tuple[dict[str, float], float, float]:
+    """Per-call µs, and the factors applied to the reference's NVML and GPM calls."""
+    if profile == "reference":
+        return dict(REFERENCE_US), 1.0, 1.0
+    nvml = H200_NVML_TICK_US / sum(REFERENCE_US[name] for name in _NVML_TICK)
+    gpm = H200_GPM_TICK_US / (REFERENCE_US["nvmlGpmSampleGet"] + metrics_get_us(len(METRICS)))
+    return {name: us * (gpm if name in _GPM else nvml) for name, us in REFERENCE_US.items()}, nvml, gpm
+
+
+def with_latency(node: FakeNode, table: dict[str, float], gpm_factor: float) -> None:
+    """Make every scripted call of the node's module take at least its latency in ``table``."""
+    module = node.module
+    for name in dir(module):
+        fn = getattr(module, name)
+        if not name.startswith("nvml") or not callable(fn) or isinstance(fn, type):
+            continue
+
+        def timed(*args: Any, _fn: Callable[..., Any] = fn, _name: str = name) -> Any:
+            started = time.thread_time()
+            if _name == "nvmlGpmMetricsGet":
+                cost = metrics_get_us(int(args[0].numMetrics)) * gpm_factor
+            else:
+                cost = table.get(_name, table[ENUMERATION])
+            try:
+                return _fn(*args)
+            finally:
+                until = started + cost / 1e6
+                while time.thread_time() < until:
+                    pass
+
+        setattr(module, name, timed)
+
+
+def fake_node(instances: int, table: dict[str, float], gpm_factor: float) -> FakeNode:
+    gpm = {pynvml.NVML_GPM_METRIC_SM_UTIL: 50.0, pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 10.0}
+    split = [
+        FakeGpuInstance(gi, [FakeMigDevice(f"MIG-{gi:08x}")], gpm_rates=dict(gpm))
+        for gi in range(7, 7 + instances)
+    ]
+    node = FakeNode(
+        [
+            FakeGpu(
+                GPU,
+                event_types=0,  # no XID watch: its drain is the same call on both sides
+                mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE if instances else pynvml.NVML_DEVICE_MIG_DISABLE,
+                utilization_samples=None if instances else [],
+                gpm_rates=dict(gpm),
+                gpu_instances=split,
+            )
+        ]
+    )
+    node.privileged = True  # as a privileged DaemonSet: the GPU's aggregate memory is readable in MIG mode
+    sys.modules["pynvml"] = node.module
+    with_latency(node, table, gpm_factor)
+    return node
+
+
+class Bare:
+    """The calls smlens' two backends need every tick, made directly, with everything prepared once."""
+
+    def __init__(self, node: FakeNode, instances: int) -> None:
+        nv = self.nv = node.module
+        nv.nvmlInit()
+        self.handle = nv.nvmlDeviceGetHandleByIndex(0)
+        self.mig = instances > 0
+        self.mig_handles = [nv.nvmlDeviceGetMigDeviceHandleByIndex(self.handle, i) for i in range(instances)]
+        self.gpu_instances = [nv.nvmlDeviceGetGpuInstanceId(h) for h in self.mig_handles]
+        self.whole = self._pair(METRICS)
+        self.parts = [self._pair(INSTANCE_METRICS) for _ in self.mig_handles]
+        self.newest = 0
+        nv.nvmlGpmSampleGet(self.handle, self.whole[0][0])  # the chains start, as smlens' first tick does
+        for gi, (samples, _) in zip(self.gpu_instances, self.parts, strict=True):
+            nv.nvmlGpmMigSampleGet(self.handle, gi, samples[0])
+
+    def _pair(self, metrics: Any) -> tuple[list[Any], Any]:
+        return [self.nv.nvmlGpmSampleAlloc(), self.nv.nvmlGpmSampleAlloc()], metrics_request(self.nv, metrics)
+
+    def tick(self) -> None:
+        nv, handle = self.nv, self.handle
+        nv.nvmlDeviceGetMemoryInfo(handle)
+        nv.nvmlDeviceGetPowerUsage(handle)
+        nv.nvmlDeviceGetEnforcedPowerLimit(handle)
+        nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+        nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)
+        nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)
+        nv.nvmlDeviceGetTotalEccErrors(handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)
+        nv.nvmlDeviceGetTotalEccErrors(handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
+        nv.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        if not self.mig:  # in MIG mode NVML has no utilization; smlens stops asking after the first no
+            nv.nvmlDeviceGetUtilizationRates(handle)
+        slot, self.newest = 1 - self.newest, 1 - self.newest
+        self._step(self.whole, slot, lambda s: nv.nvmlGpmSampleGet(handle, s))
+        for mig, gi, pair in zip(self.mig_handles, self.gpu_instances, self.parts, strict=True):
+            self._step(pair, slot, lambda s, gi=gi: nv.nvmlGpmMigSampleGet(handle, gi, s))
+            nv.nvmlDeviceGetMemoryInfo(mig)
+
+    def _step(self, pair: tuple[list[Any], Any], slot: int, take: Callable[[Any], Any]) -> None:
+        samples, request = pair
+        take(samples[slot])
+        request.sample1, request.sample2 = samples[1 - slot], samples[slot]
+        self.nv.nvmlGpmMetricsGet(request)
+
+
+def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) -> tuple[float, float]:
+    """Median CPU µs per tick for smlens and for the bare calls."""
+    node = fake_node(instances, table, gpm_factor)
+    now = [0.0]
+    nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=5.0)
+    sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=lambda: now[0])
+    sampler.open()
+    bare = Bare(node, instances)
+    node.advance(1.0)
+    now[0] += 1.0
+    sampler.tick()  # primes the GPM chains, the MIG layout and the utilization probe
+    smlens_us: list[float] = []
+    bare_us: list[float] = []
+    for _ in range(ticks):
+        node.advance(1.0)
+        now[0] += 1.0
+        started = time.thread_time()
+        sampler.tick()
+        smlens_us.append((time.thread_time() - started) * 1e6)
+        started = time.thread_time()
+        bare.tick()
+        bare_us.append((time.thread_time() - started) * 1e6)
+    latest = sampler.latest
+    assert latest is not None and len(latest.gpus[0].instances) == instances, "the instances were not read"
+    sampler.close()
+    return statistics.median(smlens_us), statistics.median(bare_us)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--instances", type=int, default=7)
+    parser.add_argument("--latencies", choices=("h200", "reference"), default="h200")
+    args = parser.parse_args()
+    table, nvml, gpm = latencies(args.latencies)
+    print(
+        f"one H200 on the fake pynvml, {args.latencies} call latencies (reference x {nvml:.2f} for NVML, "
+        f"x {gpm:.2f} for GPM), median per tick over {args.ticks} ticks"
+    )
+    for instances in (0, args.instances):
+        smlens, bare = run(instances, args.ticks, table, gpm)
+        what = "whole GPU, MIG off" if not instances else f"MIG on, {instances} GPU instances"
+        print(f"{what:32s} smlens {smlens:7.1f} us   bare calls {bare:7.1f} us   ratio {smlens / bare:.2f}x")
+    print("target: ratio <= 1.25x")
+
+
+if __name__ == "__main__":
+    main()
