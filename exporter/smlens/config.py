@@ -145,11 +145,12 @@ def option(
     return field(metadata={"option": {**spec, "is_switch": switch}})
 
 
-SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
+SOURCE, SIM, DCGM, SERVE, WEB, ATTRIBUTION, CHECK = (
     "data source",
     "simulated node (--backend sim)",
     "DCGM, for GPUs without GPM (docs/dcgm.md)",
     "serving",
+    "HTTP server: TLS, auth, connections (docs/security.md)",
     "workload attribution (docs/attribution.md)",
     "check",
 )
@@ -239,6 +240,37 @@ class ServeSettings(SourceSettings):
         SERVE,
         metavar="FILE",
         shown="off",
+    )
+    web_config_file: Path | None = option(
+        _path,
+        None,
+        "web configuration file in Prometheus exporter-toolkit's format: TLS, basic auth, headers",
+        WEB,
+        metavar="FILE",
+        shown="plain HTTP, no auth",
+    )
+    web_header_timeout: float = option(
+        _number(float, 1.0, 300.0),
+        10.0,
+        "seconds a new connection has to send a complete request line and headers",
+        WEB,
+    )
+    web_idle_timeout: float = option(
+        _number(float, 1.0, 3600.0), 60.0, "seconds an idle keep-alive connection stays open", WEB
+    )
+    web_max_connections: int = option(
+        _number(int, 4, 10000),
+        64,
+        "open connections at most; over it the oldest one waiting for a request is dropped",
+        WEB,
+        metavar="N",
+    )
+    web_protect_probes: bool = option(
+        _flag,
+        False,
+        "put /-/healthy and /-/ready behind basic auth too (kubelet probes then need credentials)",
+        WEB,
+        switch=True,
     )
     pod_resources_socket: Path | None = option(
         _path,
