@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
-from smlens.names import ACTIVITIES
+from smlens.names import ACTIVITIES, xid_label
 from smlens.profiling_policy import ProfilingChoice
 
 
@@ -22,7 +22,7 @@ class GpuTotals:
     activity: Mapping[str, Activity] = field(default_factory=dict)
     ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
     increments: Mapping[str, float] = field(default_factory=dict)
-    xids: Mapping[int, int] = field(default_factory=dict)
+    xids: Mapping[str, int] = field(default_factory=dict)  # by xid_label
 
 
 def fold(
@@ -48,7 +48,8 @@ def fold(
         clock_events.update(reading.clock_events)
         all_missing.update(reading.missing)
         for xid, count in reading.xid_events.items():
-            xids[xid] = xids.get(xid, 0) + count
+            label = xid_label(xid)
+            xids[label] = xids.get(label, 0) + count
         for key, amount in reading.increments.items():
             increments[key] = increments.get(key, 0.0) + amount
         if choice.admits(reading):
