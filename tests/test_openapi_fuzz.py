@@ -1,0 +1,86 @@
+"""Schemathesis against the application's own OpenAPI document, over every HTTP endpoint (the admin ones
+included), through the same guard the server puts in front of it (basic auth, headers, HEAD).
+
+No generated request may get a server error, a traceback or an unlabelled 5xx; the run is bounded in
+examples per endpoint so that the suite stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bcrypt
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from smlens import thresholds
+from smlens.admin import profiling_router
+from smlens.app import Publisher, create_app
+from smlens.backends.sim import Scenario, SimBackend
+from smlens.sampler import Sampler
+from smlens.serving.guard import PROBES, Guard
+from smlens.serving.webconfig import parse_web_config
+
+TOKEN = "a-token-of-more-than-16-characters"
+AUTH = {"Authorization": "Basic cHJvbWV0aGV1czpzY3JhcGU="}  # prometheus:scrape
+WEB = parse_web_config(
+    f"basic_auth_users: {{prometheus: '{bcrypt.hashpw(b'scrape', bcrypt.gensalt(4)).decode()}'}}\n"
+    "http_server_config: {headers: {X-Frame-Options: deny}}\n",
+    Path("web.yml"),
+)
+
+
+class Profiling:
+    """The admin router's ProfilingControl (smlens' own protocol, no NVIDIA API behind it here)."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_profiling(self) -> None:
+        self.paused = True
+
+    def resume_profiling(self) -> None:
+        self.paused = False
+
+
+def _app() -> tuple[Guard, dict[str, object]]:
+    sampler = Sampler(SimBackend(Scenario.steady(2), seed=1), [], hostname="fuzz", interval=1.0)
+    sampler.open()
+    publisher = Publisher()
+    sampler.subscribe(publisher.publish)
+    for _ in range(3):
+        sampler.tick()
+    app = create_app(publisher, thresholds.load(), lambda: True)
+    app.include_router(profiling_router(Profiling(), TOKEN))
+    return Guard(app, lambda: WEB), app.openapi()
+
+
+GUARDED, DOCUMENT = _app()
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+schema.app = GUARDED
+
+
+def test_the_document_covers_every_endpoint() -> None:
+    paths = {(path, method) for path, item in DOCUMENT["paths"].items() for method in item}  # type: ignore[attr-defined]
+    assert paths == {
+        ("/metrics", "get"),
+        ("/-/healthy", "get"),
+        ("/-/ready", "get"),
+        ("/api/v1/gpus", "get"),
+        ("/", "get"),
+        ("/admin/profiling", "get"),
+        ("/admin/profiling/pause", "post"),
+        ("/admin/profiling/resume", "post"),
+    }
+
+
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_request_gets_a_server_error(case: schemathesis.Case) -> None:
+    for headers in (AUTH, {**AUTH, "Authorization": f"Bearer {TOKEN}"}, {}):
+        response = case.call(headers={**headers, **(case.headers or {})})
+        assert response.status_code < 500, (case.path, response.status_code, response.text[:200])
+        assert "Traceback" not in response.text
+        assert response.headers.get("x-frame-options") == ["deny"]
+        if not headers and case.path not in PROBES:
+            assert response.status_code == 401, (case.method, case.path)
