@@ -77,10 +77,24 @@ def test_the_document_covers_every_endpoint() -> None:
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error(case: schemathesis.Case) -> None:
-    for headers in (AUTH, {**AUTH, "Authorization": f"Bearer {TOKEN}"}, {}):
+    for headers in (AUTH, {**AUTH, "X-Admin-Token": TOKEN}, {}):
         response = case.call(headers={**headers, **(case.headers or {})})
         assert response.status_code < 500, (case.path, response.status_code, response.text[:200])
         assert "Traceback" not in response.text
         assert response.headers.get("x-frame-options") == ["deny"]
         if not headers and case.path not in PROBES:
             assert response.status_code == 401, (case.method, case.path)
+
+
+def test_admin_behind_basic_auth_takes_the_token_in_its_own_header() -> None:
+    from starlette.testclient import TestClient
+
+    http = TestClient(GUARDED)
+    pause = "/admin/profiling/pause"
+    assert http.post(pause, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 401  # no basic auth
+    assert http.post(pause, headers=AUTH).status_code == 401  # no token
+    reply = http.post(pause, headers={**AUTH, "X-Admin-Token": TOKEN})
+    assert (reply.status_code, reply.json()) == (200, {"paused": True})
+    assert http.post("/admin/profiling/resume", headers={**AUTH, "X-Admin-Token": TOKEN}).json() == {
+        "paused": False
+    }
