@@ -274,6 +274,7 @@ def main() -> int:
     for name, tree in trees.items():
         print(f"[{name}] {tree}", flush=True)
         results[name] = run_tree(tree, args)
+    print("(sigterm_exit_s inf: still running 20 s after SIGTERM, then killed)")
     print()
     names = list(trees)
     print("| figure | " + " | ".join(names) + " |")

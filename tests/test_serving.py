@@ -247,6 +247,7 @@ def test_sigterm_stops_within_5s_while_a_client_pipelines_and_never_reads(serve:
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=10) == 0
         assert time.monotonic() - started < 5
+    assert "stopped; data sources closed" in served.log_text()
 
 
 def read_until_closed(sock: socket.socket, timeout: float) -> float:

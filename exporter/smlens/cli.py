@@ -111,6 +111,7 @@ def _serve(settings: ServeSettings) -> int:
             server.run(app)
         finally:
             sampler.close()
+            log.info("stopped; data sources closed")
     finally:
         server.sock.close()
     return 0
