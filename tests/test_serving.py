@@ -373,3 +373,29 @@ def test_basic_credentials_parsing() -> None:
     assert basic_credentials(b"Bearer " + token) is None
     assert basic_credentials(b"Basic !!!") is None
     assert basic_credentials(b"Basic " + base64.b64encode(b"nocolon")) is None
+
+
+def test_accept_errors_are_counted_and_logged_at_most_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import errno
+
+    from smlens.serving.connections import Limits
+    from smlens.serving.server import WebServer
+
+    now = [0.0]
+    with socket.socket() as sock:
+        server = WebServer(sock, Limits(), clock=lambda: now[0])
+        loop = asyncio.new_event_loop()
+        try:
+            error = OSError(errno.EMFILE, "Too many open files")
+            for step in range(500):  # asyncio retries accept() once a second after such an error
+                now[0] = step * 0.5
+                server.handle_loop_error(
+                    loop, {"message": "socket.accept() out of system resource", "exception": error}
+                )
+        finally:
+            loop.close()
+    assert server.stats.accept_errors == 500
+    logged = [r for r in caplog.records if "cannot accept connections" in r.getMessage()]
+    assert len(logged) == 5  # at 0, 60, 120, 180 and 240 s
+    assert "(120 time(s) since the last report" in logged[1].getMessage()

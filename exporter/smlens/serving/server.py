@@ -140,7 +140,7 @@ class WebServer:
             return _AdmittedHttp(http(), self._table)
         return TlsGate(self._table, config.tls, config.allowed_sans, http, loop)
 
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def handle_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") != "socket.accept() out of system resource":
             loop.default_exception_handler(context)
             return
@@ -177,7 +177,7 @@ class WebServer:
         )
         self._uvicorn.load()
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(self._loop_error)
+        loop.set_exception_handler(self.handle_loop_error)
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
