@@ -19,7 +19,7 @@ import asyncio
 import ipaddress
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,8 +63,8 @@ class ConnectionTable:
     def __len__(self) -> int:
         return len(self._open)
 
-    def __iter__(self) -> Any:
-        return iter(list(self._open))
+    def __iter__(self) -> Iterator[Tracked]:
+        return iter(list(self._open))  # a copy: dropping a connection while iterating removes it
 
     def admit(self, conn: Tracked) -> bool:
         """Adds a new connection, making room if needed; False: it must be closed at once."""

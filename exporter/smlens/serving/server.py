@@ -226,7 +226,6 @@ class _AdmittedHttp(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self._http.transport = transport
         if not self._table.admit(self._http):
             transport.abort()
             return
