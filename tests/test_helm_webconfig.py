@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helm_support import CHART_DIR, NAMESPACE, Rendered, render
-from smlens.serving.webconfig import parse_web_config
+from smlens.serving.webconfig import web_config_from
 from tls_support import TestCA
 
 WEB_VALUES = CHART_DIR / "ci" / "webconfig-values.yaml"
@@ -43,7 +43,7 @@ def test_web_config_from_values_is_a_file_the_exporter_accepts(tmp_path: Path) -
     text = text.replace("/etc/smlens-tls/tls.crt", str(issued.cert)).replace(
         "/etc/smlens-tls/tls.key", str(issued.key)
     )
-    config = parse_web_config(text, Path("/etc/smlens-web/web-config.yml"))
+    config = web_config_from(yaml.safe_load(text), Path("/etc/smlens-web/web-config.yml"))
     assert config.tls is not None
     assert set(config.users) == {"prometheus"}
     assert config.headers == {"X-Content-Type-Options": "nosniff"}

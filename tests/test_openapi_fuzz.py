@@ -19,13 +19,15 @@ from smlens.app import Publisher, create_app
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.sampler import Sampler
 from smlens.serving.guard import PROBES, Guard
-from smlens.serving.webconfig import parse_web_config
+from smlens.serving.webconfig import web_config_from
 
 TOKEN = "a-token-of-more-than-16-characters"
 AUTH = {"Authorization": "Basic cHJvbWV0aGV1czpzY3JhcGU="}  # prometheus:scrape
-WEB = parse_web_config(
-    f"basic_auth_users: {{prometheus: '{bcrypt.hashpw(b'scrape', bcrypt.gensalt(4)).decode()}'}}\n"
-    "http_server_config: {headers: {X-Frame-Options: deny}}\n",
+WEB = web_config_from(
+    {
+        "basic_auth_users": {"prometheus": bcrypt.hashpw(b"scrape", bcrypt.gensalt(4)).decode()},
+        "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
+    },
     Path("web.yml"),
 )
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smlens.errors import ConfigError
-from smlens.serving.webconfig import PLAIN, go_duration, load_web_config, parse_web_config
+from smlens.serving.webconfig import PLAIN, go_duration, load_web_config, web_config_from
 from tls_support import TestCA
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
@@ -239,20 +239,18 @@ _DOCUMENTS = st.recursive(
 def test_any_document_gives_a_config_or_one_sentence(pki: tuple[TestCA, Path], document: object) -> None:
     _, directory = pki
     try:
-        text = yaml.safe_dump(document)
-    except yaml.YAMLError:
-        return
-    try:
-        parse_web_config(text, directory / "web.yml")
+        web_config_from(document, directory / "web.yml")
     except ConfigError as exc:
         assert "\n" not in str(exc)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.text(max_size=200))
-def test_any_text_gives_a_config_or_one_sentence(pki: tuple[TestCA, Path], text: str) -> None:
+@given(data=st.one_of(st.text(max_size=200).map(str.encode), st.binary(max_size=200)))
+def test_any_file_gives_a_config_or_one_sentence(pki: tuple[TestCA, Path], data: bytes) -> None:
     _, directory = pki
+    path = directory / "fuzzed.yml"
+    path.write_bytes(data)
     try:
-        parse_web_config(text, directory / "web.yml")
+        load_web_config(path)
     except ConfigError as exc:
         assert "\n" not in str(exc)

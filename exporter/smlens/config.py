@@ -145,12 +145,11 @@ def option(
     return field(metadata={"option": {**spec, "is_switch": switch}})
 
 
-SOURCE, SIM, DCGM, SERVE, WEB, ATTRIBUTION, CHECK = (
+SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
     "data source",
     "simulated node (--backend sim)",
     "DCGM, for GPUs without GPM (docs/dcgm.md)",
-    "serving",
-    "HTTP server: TLS, auth, connections (docs/security.md)",
+    "serving (TLS, auth and connections: docs/security.md)",
     "workload attribution (docs/attribution.md)",
     "check",
 )
@@ -244,32 +243,31 @@ class ServeSettings(SourceSettings):
     web_config_file: Path | None = option(
         _path,
         None,
-        "web configuration file in Prometheus exporter-toolkit's format: TLS, basic auth, headers",
-        WEB,
+        "TLS, basic auth and headers from a web config file in exporter-toolkit's format",
+        SERVE,
         metavar="FILE",
-        shown="plain HTTP, no auth",
     )
     web_header_timeout: float = option(
         _number(float, 1.0, 300.0),
         10.0,
-        "seconds a new connection has to send a complete request line and headers",
-        WEB,
+        "seconds a connection has to send a request's headers",
+        SERVE,
     )
     web_idle_timeout: float = option(
-        _number(float, 1.0, 3600.0), 60.0, "seconds an idle keep-alive connection stays open", WEB
+        _number(float, 1.0, 3600.0), 60.0, "seconds an idle keep-alive connection stays open", SERVE
     )
     web_max_connections: int = option(
         _number(int, 4, 10000),
         64,
-        "open connections at most; over it the oldest one waiting for a request is dropped",
-        WEB,
+        "open connections at most; the oldest idle one makes room",
+        SERVE,
         metavar="N",
     )
     web_protect_probes: bool = option(
         _flag,
         False,
-        "put /-/healthy and /-/ready behind basic auth too (kubelet probes then need credentials)",
-        WEB,
+        "/-/healthy and /-/ready need basic auth too",
+        SERVE,
         switch=True,
     )
     pod_resources_socket: Path | None = option(

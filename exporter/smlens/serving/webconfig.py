@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import bcrypt
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from smlens.errors import ConfigError
+from smlens.yamlfile import read_yaml
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -313,14 +313,10 @@ def _ssl_reason(exc: BaseException) -> str:
     return str(reason).lower().replace("_", " ")
 
 
-def parse_web_config(text: str, path: Path) -> WebConfig:
-    """Checks the content of the web configuration file at ``path`` (relative file names in it are taken
-    from its directory, as exporter-toolkit does)."""
+def web_config_from(raw: Any, path: Path) -> WebConfig:
+    """Checks the parsed content of the web configuration file at ``path`` (relative file names in it
+    are taken from its directory, as exporter-toolkit does)."""
     prefix = f"web config file {path}"
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{prefix} is not valid YAML ({exc.__class__.__name__}).") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -355,15 +351,7 @@ def parse_web_config(text: str, path: Path) -> WebConfig:
 
 
 def load_web_config(path: Path) -> WebConfig:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read web config file {path}: {exc.strerror}.") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"web config file {path} is not UTF-8 text.") from None
-    return parse_web_config(text, path)
+    return web_config_from(read_yaml(path, "web config file"), path)
 
 
 def check_password(hashed: bytes, password: bytes) -> bool:
