@@ -42,7 +42,13 @@ def client(control: Control) -> TestClient:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": f"Basic {TOKEN}"}],
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-0123456789"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"X-Admin-Token": "wrong-token-0123456789"},
+        {"X-Admin-Token": ""},
+    ],
 )
 def test_every_call_needs_the_token(headers: dict[str, str]) -> None:
     control = Control()

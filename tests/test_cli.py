@@ -161,7 +161,7 @@ def test_help_shows_each_default_once_its_env_name_and_choices_and_fits_a_termin
     serve = " ".join(run_cli("serve", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert "--backend {auto,nvml,dcgm,sim}" in serve and "(default auto; env SMLENS_BACKEND)" in serve
     assert "(default 0.0.0.0:10132; env SMLENS_LISTEN)" in serve
-    assert len(run_cli("serve", "--help", env={"COLUMNS": "100"}).stdout.splitlines()) <= 70
+    assert len(run_cli("serve", "--help", env={"COLUMNS": "100"}).stdout.splitlines()) <= 80  # 29 options
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback() -> None:

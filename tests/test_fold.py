@@ -30,7 +30,7 @@ def gpm(sm: float, seconds: float) -> Reading:
 
 
 def test_fold_is_pure() -> None:
-    totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={13: 1})
+    totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={"13": 1})
     readings = [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)]
     missing = {n.SM_OCCUPANCY: "not_supported"}
     before = copy.deepcopy((totals, readings, missing))

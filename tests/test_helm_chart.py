@@ -138,7 +138,18 @@ def test_schema_knows_exactly_the_shipped_thresholds() -> None:
         ),
         ({"podResources": {"enabled": True}}, "podResources.enabled needs the container to run as uid 0"),
         ({"dcgm": {"embedded": True}}, "dcgm.embedded needs the container to run as uid 0"),
-        ({"webConfig": {"enabled": True}}, "TLS and basic auth are not supported by this smlens version"),
+        (
+            {"webConfig": {"enabled": True}},
+            "webConfig.enabled needs webConfig.config, webConfig.tlsSecret or",
+        ),
+        (
+            {"webConfig": {"enabled": True, "existingSecret": "web"}},
+            "webConfig.existingSecret: set webConfig.scrape.scheme to https or http",
+        ),
+        (
+            {"webConfig": {"enabled": True, "tlsSecret": "tls", "protectProbes": True}},
+            "webConfig.protectProbes puts the probes behind basic auth",
+        ),
         ({"service": {"enabled": False}}, "serviceMonitor.enabled needs service.enabled"),
     ],
 )

@@ -226,3 +226,40 @@ def test_a_backend_is_charged_for_its_read_not_for_logging_its_failure(
     snap = advance(sampler, clock, 1.0)
     (dev,) = (b for b in snap.backends if b.name == "dev")
     assert dev.last_duration_seconds < 1.0
+
+
+class XidSource(Devices):
+    """Reports a fresh, mostly invented XID code on every read, as a broken source could."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_code = 0
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        reading = super().read(gpu, now)
+        self.next_code += 7
+        return Reading(source=reading.source, gauges=reading.gauges, xid_events={13: 1, self.next_code: 1})
+
+
+def test_xid_label_values_are_bounded_by_the_catalog() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from smlens.collector import SnapshotCollector
+
+    clock = Clock()
+    sampler = Sampler(XidSource(), [], hostname="node-a", interval=1.0, clock=clock)
+    sampler.open()
+    for _ in range(500):  # 1,000 codes from 7 to 7,000
+        snapshot = advance(sampler, clock, 1.0)
+    totals = snapshot.gpus[0].xid_totals
+    catalog_codes = {code for code in range(7, 3501, 14) if code <= n.XID_CATALOG_LAST}
+    assert set(totals) == {str(c) for c in catalog_codes} | {"13", n.XID_OTHER}
+    assert totals["13"] == 500 + (13 in catalog_codes)
+    assert sum(totals.values()) == 1000
+    assert [n.xid_label(code) for code in (0, 1, 172, 173)] == ["other", "1", "172", "other"]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    text = generate_latest(registry).decode()
+    lines = [line for line in text.splitlines() if line.startswith("gpu_xid") and 'uuid="GPU-0"' in line]
+    assert len(lines) == len(totals) <= n.XID_CATALOG_LAST + 1
+    assert lines[-1].endswith(f'xid="other"}} {float(totals["other"])}')

@@ -58,18 +58,22 @@ def read_token(path: Path) -> str:
 
 def profiling_router(control: ProfilingControl, token: str) -> APIRouter:
     """``GET /admin/profiling`` (state), ``POST /admin/profiling/pause`` and ``.../resume``;
-    every call needs ``Authorization: Bearer <token>``."""
+    every call needs ``Authorization: Bearer <token>`` or, behind basic auth, ``X-Admin-Token: <token>``."""
     expected = checked_token(token).encode()
 
     def authorized(request: Request) -> bool:
+        # Behind basic auth (a web config file), Authorization carries the basic credentials: the token
+        # then comes in X-Admin-Token.
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), expected)
+        if scheme.lower() != "bearer":
+            given = request.headers.get("x-admin-token", "")
+        return bool(given) and secrets.compare_digest(given.strip().encode(), expected)
 
     router = APIRouter(prefix="/admin/profiling")
 
     def deny() -> JSONResponse:
         return JSONResponse(
-            {"error": "this endpoint needs a valid 'Authorization: Bearer <token>' header"},
+            {"error": "this endpoint needs a valid 'Authorization: Bearer <token>' or X-Admin-Token header"},
             status_code=401,
             headers={"WWW-Authenticate": "Bearer"},
         )

@@ -12,17 +12,19 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 
 from smlens import __version__
 from smlens import names as n
-from smlens.exposition import Exposition
+from smlens.exposition import Exposition, live_registry, render_live
 from smlens.model import GpuState, Snapshot
 from smlens.thresholds import Thresholds
 from smlens.verdict import judge
 
 
 class Publisher:
-    """Holds the latest exposition; the sampler's listener swaps it in once per tick."""
+    """Holds the latest exposition; the sampler's listener swaps it in once per tick. ``live`` holds the
+    metrics rendered at each scrape instead."""
 
     def __init__(self) -> None:
         self.current: Exposition | None = None
+        self.live = live_registry()
 
     def publish(self, snapshot: Snapshot) -> None:
         self.current = Exposition(snapshot)
@@ -119,9 +121,11 @@ def create_app(
         current = publisher.current
         if current is None:
             return PlainTextResponse("no complete sample yet\n", status_code=503)
+        openmetrics = _accepts(request.headers.get("accept", ""), "application/openmetrics-text")
         reply = current.respond(
-            openmetrics=_accepts(request.headers.get("accept", ""), "application/openmetrics-text"),
+            openmetrics=openmetrics,
             gzip=_accepts(request.headers.get("accept-encoding", ""), "gzip"),
+            live=render_live(publisher.live, openmetrics),
         )
         headers = (
             {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}

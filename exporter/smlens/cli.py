@@ -82,39 +82,41 @@ def _admin_control(sampler: Sampler) -> ProfilingControl:
 
 
 def _serve(settings: ServeSettings) -> int:
-    import uvicorn
-
     from smlens.admin import profiling_router, read_token
     from smlens.app import Publisher, create_app
     from smlens.runtime import build_sampler
+    from smlens.serving import open_server
 
     limits = thresholds.load(settings.thresholds)
     token = read_token(settings.admin_token_file) if settings.admin_token_file else None
-    sampler = build_sampler(settings)
+    server = open_server(settings)
     try:
-        publisher = Publisher()
-        sampler.subscribe(publisher.publish)
-        app = create_app(publisher, limits, sampler.alive)
-        if token is not None:
-            app.include_router(profiling_router(_admin_control(sampler), token))
-        host, port = settings.listen
-        config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
-        )
-        server = uvicorn.Server(config)
-        sampler.start()
-        log.info(
-            "serving %d GPU(s) on http://%s:%d/metrics (backend %s, interval %.2f s)",
-            len(sampler.gpus),
-            host,
-            port,
-            settings.backend,
-            settings.interval,
-        )
-        server.run()
+        sampler = build_sampler(settings)
+        try:
+            publisher = Publisher()
+            publisher.live.register(server.stats)
+            sampler.subscribe(publisher.publish)
+            app = create_app(publisher, limits, sampler.alive)
+            if token is not None:
+                app.include_router(profiling_router(_admin_control(sampler), token))
+            sampler.start()
+            host, port = settings.listen
+            log.info(
+                "serving %d GPU(s) on %s://%s:%d/metrics (backend %s, interval %.2f s)",
+                len(sampler.gpus),
+                server.scheme,
+                host,
+                port,
+                settings.backend,
+                settings.interval,
+            )
+            server.run(app)
+        finally:
+            sampler.close()
+            log.info("stopped; data sources closed")
     finally:
-        sampler.close()
-    return 0 if server.started else 1
+        server.sock.close()
+    return 0
 
 
 def _check(settings: CheckSettings) -> int:

@@ -103,6 +103,12 @@ PLAIN_COUNTERS: Sequence[tuple[str, str, str]] = (
 ECC_COUNTERS = ((n.ECC_CORRECTED, "corrected"), (n.ECC_UNCORRECTED, "uncorrected"))
 
 
+def _xid_order(item: tuple[str, int]) -> tuple[int, int]:
+    """Catalog codes in numeric order, then "other"."""
+    code = item[0]
+    return (0, int(code)) if code.isdigit() else (1, 0)
+
+
 def gpu_labels(snapshot: Snapshot, gpu: GpuState) -> list[str]:
     return [str(gpu.identity.index), gpu.identity.uuid, snapshot.hostname]
 
@@ -236,8 +242,8 @@ class SnapshotCollector(Collector):
                     ecc.add_metric([*labels, kind], value)
             for reason, active in sorted(gpu.clock_events.items()):
                 events.add_metric([*labels, reason], 1 if active else 0)
-            for code, count in sorted(gpu.xid_totals.items()):
-                xid.add_metric([*labels, str(code)], count)
+            for code, count in sorted(gpu.xid_totals.items(), key=_xid_order):
+                xid.add_metric([*labels, code], count)
         yield from (ecc, events, xid)
 
     def _self_families(self, snap: Snapshot) -> Iterator[Metric]:

@@ -161,7 +161,7 @@ GENERAL, SOURCE, SIM, DCGM, SERVE, ATTRIBUTION, CHECK = (
     "data source",
     "simulated node (--backend sim)",
     "DCGM, for GPUs without GPM (docs/dcgm.md)",
-    "serving",
+    "serving (TLS, auth and connections: docs/security.md)",
     "workload attribution (docs/attribution.md)",
     "check",
 )
@@ -272,6 +272,41 @@ class ServeSettings(SourceSettings):
         SERVE,
         metavar="FILE",
         shown="off",
+    )
+    web_config_file: Path | None = option(
+        _path,
+        None,
+        "TLS, basic auth and headers (exporter-toolkit's web config format)",
+        SERVE,
+        metavar="FILE",
+    )
+    web_header_timeout: float = option(
+        _number(float, 1.0, 300.0),
+        10.0,
+        "seconds to send a request's headers",
+        SERVE,
+        metavar="S",
+    )
+    web_idle_timeout: float = option(
+        _number(float, 1.0, 3600.0),
+        60.0,
+        "seconds an idle connection stays open",
+        SERVE,
+        metavar="S",
+    )
+    web_max_connections: int = option(
+        _number(int, 4, 10000),
+        64,
+        "most open connections (oldest idle dropped)",
+        SERVE,
+        metavar="N",
+    )
+    web_protect_probes: bool = option(
+        _flag,
+        False,
+        "basic auth on /-/healthy, /-/ready too",
+        SERVE,
+        switch=True,
     )
     pod_resources_socket: Path | None = option(
         _path,

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import exposition as text_format
 from prometheus_client.openmetrics import exposition as openmetrics_format
 
@@ -51,6 +51,21 @@ class Response:
     gzipped: bool
 
 
+def live_registry() -> CollectorRegistry:
+    """Metrics read at each scrape rather than per snapshot: the standard process_* family (memory, CPU,
+    file descriptors of this process), and whatever the server registers (its connection counters)."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def render_live(registry: CollectorRegistry, openmetrics: bool) -> bytes:
+    if openmetrics:
+        rendered: bytes = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
+        return rendered.removesuffix(_EOF)
+    return text_format.generate_latest(registry)
+
+
 class Exposition:
     """Answers scrapes for one snapshot; each format is rendered at most once, on its first scrape.
 
@@ -81,9 +96,10 @@ class Exposition:
     def age(self) -> float:
         return max(self._wall() - self.snapshot.taken_at, 0.0)
 
-    def respond(self, openmetrics: bool, gzip: bool) -> Response:
+    def respond(self, openmetrics: bool, gzip: bool, live: bytes = b"") -> Response:
+        """``live``: metrics rendered for this scrape, in the same format, placed before the age."""
         body = self._render(openmetrics)
-        tail = _AGE_HEADER + f"smlens_snapshot_age_seconds {self.age():.3f}\n".encode()
+        tail = live + _AGE_HEADER + f"smlens_snapshot_age_seconds {self.age():.3f}\n".encode()
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         if openmetrics:
             tail += _EOF

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from smlens.instance_fold import InstanceTotals, fold_instances
 from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
-from smlens.names import ACTIVITIES
+from smlens.names import ACTIVITIES, xid_label
 from smlens.profiling_policy import ProfilingChoice
 
 
@@ -23,7 +23,7 @@ class GpuTotals:
     activity: Mapping[str, Activity] = field(default_factory=dict)
     ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
     increments: Mapping[str, float] = field(default_factory=dict)
-    xids: Mapping[int, int] = field(default_factory=dict)
+    xids: Mapping[str, int] = field(default_factory=dict)  # by xid_label
     instances: InstanceTotals = field(default_factory=dict)  # per MIG GPU instance
 
 
@@ -50,7 +50,8 @@ def fold(
         clock_events.update(reading.clock_events)
         all_missing.update(reading.missing)
         for xid, count in reading.xid_events.items():
-            xids[xid] = xids.get(xid, 0) + count
+            label = xid_label(xid)
+            xids[label] = xids.get(label, 0) + count
         for key, amount in reading.increments.items():
             increments[key] = increments.get(key, 0.0) + amount
         if choice.admits(reading):

@@ -135,7 +135,7 @@ class GpuState:
     activity_totals: Mapping[str, Activity]
     totals: Mapping[str, float]
     clock_events: Mapping[str, bool]
-    xid_totals: Mapping[int, int]
+    xid_totals: Mapping[str, int]  # by names.xid_label: bounded
     missing: Mapping[str, str]
     profiling_source: str | None  # the backend serving SM-level metrics for this GPU, if any
     profiling_available: bool  # did that source deliver in the last tick

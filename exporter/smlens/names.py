@@ -17,6 +17,18 @@ MIG_PROFILE = "mig_profile"
 MIG_UUID = "mig_uuid"
 INSTANCE_LABELS = (*GPU_LABELS, GPU_INSTANCE, MIG_PROFILE, MIG_UUID)
 
+# NVIDIA's Xid catalog ("Analyzing Xid Errors with the Xid Catalog",
+# https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) lists the codes 1 to 172. Those
+# keep their own xid label value; any other code (a later driver's, or garbage from a broken source)
+# is counted under "other", so that a GPU has at most 173 XID series whatever its driver reports.
+XID_CATALOG_LAST = 172
+XID_OTHER = "other"
+
+
+def xid_label(code: int) -> str:
+    return str(code) if 1 <= code <= XID_CATALOG_LAST else XID_OTHER
+
+
 # Labels naming the workload that holds a GPU (added to its series when one container holds it).
 NAMESPACE = "namespace"
 POD = "pod"

@@ -135,10 +135,87 @@ neither land on GPU series nor clash with the workload's, and the node name is a
 {{- if and .Values.dcgm.embedded (ne (toString .Values.securityContext.runAsUser) "0") }}
 {{- fail "dcgm.embedded needs the container to run as uid 0 for DCGM profiling: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
 {{- end }}
-{{- if .Values.webConfig.enabled }}
-{{- fail "webConfig.enabled: TLS and basic auth are not supported by this smlens version yet; leave webConfig.enabled false." }}
+{{- $web := .Values.webConfig }}
+{{- if and $web.enabled (not $web.existingSecret) (not $web.config) (not $web.tlsSecret) }}
+{{- fail "webConfig.enabled needs webConfig.config, webConfig.tlsSecret or webConfig.existingSecret: there is no web config file to serve with." }}
+{{- end }}
+{{- if and $web.enabled $web.existingSecret (not $web.scrape.scheme) }}
+{{- fail "webConfig.existingSecret: set webConfig.scrape.scheme to https or http, as the chart cannot read the Secret to know whether it turns TLS on." }}
+{{- end }}
+{{- if and $web.enabled $web.existingSecret $web.config }}
+{{- fail "webConfig.existingSecret and webConfig.config are both set: the file comes from one of them." }}
+{{- end }}
+{{- if and $web.enabled $web.protectProbes (not (and (dig "httpGet" "httpHeaders" "" .Values.livenessProbe) (dig "httpGet" "httpHeaders" "" .Values.readinessProbe))) }}
+{{- fail "webConfig.protectProbes puts the probes behind basic auth: give livenessProbe.httpGet.httpHeaders and readinessProbe.httpGet.httpHeaders an Authorization header too." }}
 {{- end }}
 {{- if and .Values.serviceMonitor.enabled (not .Values.service.enabled) }}
 {{- fail "serviceMonitor.enabled needs service.enabled: a ServiceMonitor finds the exporters through their Service (or use podMonitor instead)." }}
 {{- end }}
+{{- end }}
+
+{{/*
+Web config: the file's content when the chart makes the Secret (tlsSecret's files filled in as
+tls_server_config.cert_file/key_file unless given), and the scheme the monitors and probes use.
+*/}}
+{{- define "smlens.webConfigFile" -}}
+{{- $config := deepCopy .Values.webConfig.config }}
+{{- if .Values.webConfig.tlsSecret }}
+{{- $tls := get $config "tls_server_config" | default dict }}
+{{- if not (or (hasKey $tls "cert_file") (hasKey $tls "cert")) }}
+{{- $_ := set $tls "cert_file" "/etc/smlens-tls/tls.crt" }}
+{{- end }}
+{{- if not (or (hasKey $tls "key_file") (hasKey $tls "key")) }}
+{{- $_ := set $tls "key_file" "/etc/smlens-tls/tls.key" }}
+{{- end }}
+{{- $_ := set $config "tls_server_config" $tls }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{- define "smlens.webScheme" -}}
+{{- $web := .Values.webConfig }}
+{{- if not $web.enabled }}http
+{{- else if $web.scrape.scheme }}{{ $web.scrape.scheme }}
+{{- else if or $web.tlsSecret (hasKey $web.config "tls_server_config") }}https
+{{- else }}http
+{{- end }}
+{{- end }}
+
+{{/*
+The scrape endpoint's TLS and basic auth settings, shared by the ServiceMonitor and the PodMonitor.
+*/}}
+{{- define "smlens.scrapeAuth" -}}
+{{- $web := .Values.webConfig }}
+{{- if eq (include "smlens.webScheme" .) "https" }}
+{{- $tlsConfig := $web.scrape.tlsConfig }}
+{{- if and (not $tlsConfig) $web.tlsSecret }}
+{{- $tlsConfig = dict "ca" (dict "secret" (dict "name" $web.tlsSecret "key" "ca.crt")) "serverName" (printf "%s.%s.svc" (include "smlens.fullname" .) (include "smlens.namespace" .)) }}
+{{- end }}
+{{- with $tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with $web.scrape.basicAuthSecret }}
+{{- if $web.enabled }}
+basicAuth:
+  username:
+    name: {{ . }}
+    key: username
+  password:
+    name: {{ . }}
+    key: password
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe from values, switched to HTTPS when the exporter serves TLS only.
+*/}}
+{{- define "smlens.probe" -}}
+{{- $probe := deepCopy .probe }}
+{{- if and (eq .scheme "https") $probe.httpGet }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}

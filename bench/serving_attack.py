@@ -1,0 +1,288 @@
+"""Benchmark: the exporter's HTTP server under hostile clients, on loopback, with bounded loops.
+
+Starts the real exporter (``python -m smlens serve --backend sim``) from one or two source trees (this
+checkout, and optionally a baseline such as the commit before the serving layer) and prints, per tree:
+
+- silent: the server runs under ``ulimit -n 1024``; 1,100 connections that send nothing are held for
+  ``--hold`` seconds; a fresh client's wait for /metrics (target < 15 s) and the log lines the server
+  wrote meanwhile (target < 100);
+- half-open: RSS before 8,000 connections that send a partial request and trickle a byte now and then,
+  at their peak, and after they close (target: back within 10 MiB of the start);
+- malformed: log lines written for 2,000 malformed requests (one connection each);
+- shutdown: seconds from SIGTERM to exit while a client pipelines requests and never reads (target < 5).
+
+    python3 bench/serving_attack.py [--baseline-tree DIR] [--hold 20] [--half-open 8000]
+
+A baseline tree is made with e.g. ``git archive 5cdcb91 exporter | tar -x -C /tmp/before``, then
+``--baseline-tree /tmp/before/exporter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@dataclass
+class Exporter:
+    tree: Path
+    nofile: int | None = None
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    lines: int = 0
+    log_bytes: int = 0
+
+    def __enter__(self) -> Exporter:
+        limit = self.nofile
+
+        def lower_fd_limit() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "smlens",
+                "serve",
+                "--backend",
+                "sim",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            env=dict(os.environ, PYTHONPATH=str(self.tree), SMLENS_LOG_LEVEL="info"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=lower_fd_limit,
+        )
+        threading.Thread(target=self._count_log, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.get("/-/ready", timeout=1)[0] == 200:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"exporter from {self.tree} did not become ready")
+
+    def _count_log(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:  # counted, never stored: an attacked server may write hundreds of MB
+            self.lines += 1
+            self.log_bytes += len(line)
+
+    def get(self, path: str, timeout: float) -> tuple[int, float]:
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            response.read()
+            return response.status, time.monotonic() - started
+        except OSError:
+            return 0, time.monotonic() - started
+        finally:
+            conn.close()
+
+    def stop(self) -> float:
+        """Seconds from SIGTERM to exit (killed after 20 s)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return float("inf")
+        return time.monotonic() - started
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def open_silent(port: int, count: int) -> list[socket.socket]:
+    """Connections that send nothing; connect is non-blocking, so a full backlog cannot stall us."""
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        socks.append(sock)
+    return socks
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+
+
+def silent_attack(tree: Path, hold: float) -> dict[str, float]:
+    with Exporter(tree, nofile=1024) as exporter:
+        before, before_bytes = exporter.lines, exporter.log_bytes
+        socks = open_silent(exporter.port, 1100)
+        time.sleep(2.0)
+        status, wait = exporter.get("/metrics", timeout=max(hold - 2.0, 15.0))
+        time.sleep(max(0.0, hold - 2.0 - wait))
+        close_all(socks)
+        time.sleep(2.0)
+        result = {
+            "fresh_client_wait_s": wait,
+            "fresh_client_status": float(status),
+            "log_lines": float(exporter.lines - before),
+            "log_mib": (exporter.log_bytes - before_bytes) / MIB,
+        }
+        result["sigterm_exit_s"] = exporter.stop()
+        return result
+
+
+def half_open_attack(tree: Path, count: int, trickle_rounds: int) -> dict[str, float]:
+    with Exporter(tree) as exporter:
+        assert exporter.proc is not None
+        for _ in range(20):  # warm up: a few scrapes so that the steady state is in the baseline
+            exporter.get("/metrics", timeout=5)
+        time.sleep(1.0)
+        start = rss_bytes(exporter.proc.pid)
+        socks = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.settimeout(2.0)
+            try:
+                sock.connect(("127.0.0.1", exporter.port))
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+            socks.append(sock)
+        peak = rss_bytes(exporter.proc.pid)
+        for _ in range(trickle_rounds):
+            for sock in socks:
+                with contextlib.suppress(OSError):
+                    sock.send(b"X")
+            time.sleep(1.0)
+            peak = max(peak, rss_bytes(exporter.proc.pid))
+        fds_held = len(os.listdir(f"/proc/{exporter.proc.pid}/fd"))
+        close_all(socks)
+        time.sleep(3.0)
+        after = rss_bytes(exporter.proc.pid)
+        exporter.stop()
+        return {
+            "rss_start_mib": start / MIB,
+            "rss_peak_mib": peak / MIB,
+            "rss_after_mib": after / MIB,
+            "rss_after_minus_start_mib": (after - start) / MIB,
+            "server_fds_while_held": float(fds_held),
+        }
+
+
+def malformed_flood(tree: Path, count: int) -> dict[str, float]:
+    with Exporter(tree) as exporter:
+        time.sleep(0.5)
+        before = exporter.lines
+        for _ in range(count):
+            with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                with contextlib.suppress(OSError):
+                    sock.recv(4096)
+        time.sleep(1.0)
+        return {"log_lines": float(exporter.lines - before)}
+
+
+def shutdown_with_stuck_client(tree: Path) -> dict[str, float]:
+    with Exporter(tree) as exporter:
+        sock = socket.create_connection(("127.0.0.1", exporter.port), timeout=5)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.setblocking(False)
+        sent = 0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and sent < 2000:  # pipeline, never read
+            try:
+                sock.send(request)
+                sent += 1
+            except BlockingIOError:
+                time.sleep(0.01)
+        time.sleep(1.0)
+        seconds = exporter.stop()
+        sock.close()
+        return {"sigterm_exit_s": seconds, "requests_pipelined": float(sent)}
+
+
+def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, float]:
+    scenarios = {
+        "silent": lambda: silent_attack(tree, args.hold),
+        "half_open": lambda: half_open_attack(tree, args.half_open, args.trickle_rounds),
+        "malformed": lambda: malformed_flood(tree, args.malformed),
+        "shutdown": lambda: shutdown_with_stuck_client(tree),
+    }
+    results = {}
+    for scenario, run in scenarios.items():
+        for key, value in run().items():
+            results[f"{scenario}.{key}"] = value
+            print(f"  {scenario}.{key}: {value:.2f}", flush=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--tree", type=Path, default=REPO / "exporter", help="tree to test (default: this one)"
+    )
+    parser.add_argument("--baseline-tree", type=Path, help="tree to compare with, e.g. an older commit's")
+    parser.add_argument("--hold", type=float, default=20.0, help="seconds the silent connections are held")
+    parser.add_argument("--half-open", type=int, default=8000, help="half-open connections")
+    parser.add_argument("--trickle-rounds", type=int, default=5, help="one byte per connection per second")
+    parser.add_argument("--malformed", type=int, default=2000, help="malformed requests")
+    args = parser.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < args.half_open + 100:
+        print(f"need {args.half_open + 100} file descriptors, the hard limit is {hard}", file=sys.stderr)
+        return 1
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    trees = {"after": args.tree}
+    if args.baseline_tree:
+        trees = {"before": args.baseline_tree, **trees}
+    results = {}
+    for name, tree in trees.items():
+        print(f"[{name}] {tree}", flush=True)
+        results[name] = run_tree(tree, args)
+    print("(sigterm_exit_s inf: still running 20 s after SIGTERM, then killed)")
+    print()
+    names = list(trees)
+    print("| figure | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for key in results[names[-1]]:
+        print(f"| {key} | " + " | ".join(f"{results[n].get(key, float('nan')):.2f}" for n in names) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

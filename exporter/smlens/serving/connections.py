@@ -1,0 +1,259 @@
+"""Connections with deadlines and a cap.
+
+Each connection is in one of three states, each with its own deadline, after which it is aborted:
+waiting for its first request (``header_timeout``: the request line and headers must be complete),
+answering a request (``response_timeout``: a client that never reads cannot hold it), and idle
+between requests (``idle_timeout``). The table of open connections has a cap; a connection over the
+cap makes room by dropping the oldest connection that is waiting for a request (never-served ones
+first), and is itself closed at once when every open connection is busy answering. So a fresh
+client never waits behind silent ones, and memory stays bounded whatever clients do.
+
+The HTTP/1.1 protocol is uvicorn's h11 protocol with these hooks added; TLS is started per
+connection (``loop.start_tls``) with the context in force at accept time, so a reloaded certificate
+applies to the next handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from smlens.serving.stats import ServingStats
+
+# Warnings the HTTP protocol would log once per bad request ("Invalid HTTP request received."):
+# those are counted in smlens_http_malformed_requests_total instead. Errors of the application still log.
+_QUIET = logging.getLogger("smlens.http")
+_QUIET.setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class Limits:
+    header_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    response_timeout: float = 60.0
+    max_connections: int = 64
+
+
+class Tracked(Protocol):
+    requests: int
+
+    @property
+    def waiting(self) -> bool: ...
+
+    def drop(self, reason: str) -> None: ...
+
+
+class ConnectionTable:
+    """The open connections, oldest first."""
+
+    def __init__(self, limits: Limits, stats: ServingStats) -> None:
+        self.limits = limits
+        self.stats = stats
+        self._open: dict[Tracked, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __iter__(self) -> Iterator[Tracked]:
+        return iter(list(self._open))  # a copy: dropping a connection while iterating removes it
+
+    def admit(self, conn: Tracked) -> bool:
+        """Adds a new connection, making room if needed; False: it must be closed at once."""
+        if len(self._open) >= self.limits.max_connections:
+            waiting = [c for c in self._open if c.waiting]
+            victim = next((c for c in waiting if c.requests == 0), None) or next(iter(waiting), None)
+            if victim is None:
+                self.stats.closed["over_capacity"] += 1
+                return False
+            victim.drop("evicted")
+        self._open[conn] = None
+        self.stats.open_connections = len(self._open)
+        return True
+
+    def replace(self, old: Tracked, new: Tracked) -> None:
+        self._open.pop(old, None)
+        self._open[new] = None
+
+    def remove(self, conn: Tracked) -> None:
+        self._open.pop(conn, None)
+        self.stats.open_connections = len(self._open)
+
+
+class _Deadline:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_expiry: Callable[[str], None]) -> None:
+        self._loop = loop
+        self._on_expiry = on_expiry
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self, seconds: float, reason: str) -> None:
+        self.cancel()
+        self._handle = self._loop.call_later(seconds, self._on_expiry, reason)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class HttpConnection(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with deadlines, a place in the table and counted (not logged)
+    malformed requests."""
+
+    def __init__(
+        self, config: Config, state: ServerState, table: ConnectionTable, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(config, state, {}, loop)
+        self.logger = _QUIET
+        self.requests = 0
+        self._table = table
+        self._deadline = _Deadline(loop, self.drop)
+
+    @property
+    def waiting(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a complete request line and headers arrived
+            self.requests += 1
+            self._deadline.arm(self._table.limits.response_timeout, "response_timeout")
+
+    def on_response_complete(self) -> None:
+        # Armed before the parent runs, as it may start a pipelined request that re-arms the deadline.
+        self._deadline.arm(self._table.limits.idle_timeout, "idle_timeout")
+        super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        self._table.stats.malformed_requests += 1
+        super().send_400_response(msg)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline.cancel()
+        self._table.remove(self)
+        super().connection_lost(exc)
+
+    def drop(self, reason: str) -> None:
+        self._deadline.cancel()
+        self._table.remove(self)
+        self._table.stats.closed[reason] += 1
+        self.transport.abort()
+
+
+def peer_sans(tls_object: ssl.SSLObject | None) -> set[str]:
+    """The client certificate's DNS, IP, e-mail and URI names, IPs written as Go writes them."""
+    cert: dict[str, Any] = dict(tls_object.getpeercert() or {}) if tls_object is not None else {}
+    names: set[str] = set()
+    for kind, value in cert.get("subjectAltName", ()):
+        if kind == "IP Address":
+            names.add(str(ipaddress.ip_address(value.strip())))
+        elif kind in ("DNS", "email", "URI"):
+            names.add(value)
+    return names
+
+
+class _Holding(asyncio.Protocol):
+    """Keeps what arrives between the end of a TLS handshake and the hand-over to HTTP."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.lost: tuple[Exception | None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = (exc,)
+
+    def hand_over(self, protocol: asyncio.Protocol) -> None:
+        for chunk in self.data:
+            protocol.data_received(chunk)
+        if self.lost is not None:
+            protocol.connection_lost(self.lost[0])
+
+
+class TlsGate(asyncio.Protocol):
+    """Holds an accepted TCP connection through its TLS handshake (bounded by ``header_timeout``),
+    then hands the encrypted transport to a new :class:`HttpConnection`."""
+
+    requests = 0
+    waiting = True
+
+    def __init__(
+        self,
+        table: ConnectionTable,
+        context: ssl.SSLContext,
+        allowed_sans: frozenset[str] | None,
+        http: Callable[[], HttpConnection],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._table = table
+        self._context = context
+        self._allowed_sans = allowed_sans
+        self._http = http
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._dropped = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        if not self._table.admit(self):
+            transport.abort()
+            return
+        self._task = self._loop.create_task(self._handshake(transport))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._table.remove(self)
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        holding = _Holding()
+        try:
+            tls = await self._loop.start_tls(
+                transport,
+                holding,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=self._table.limits.header_timeout,
+            )
+        except (OSError, asyncio.TimeoutError):
+            if not self._dropped:
+                self.drop("tls_handshake")
+            return
+        if tls is None or transport.is_closing():
+            self._table.remove(self)
+            return
+        if (
+            self._allowed_sans is not None
+            and not peer_sans(tls.get_extra_info("ssl_object")) & self._allowed_sans
+        ):
+            self._table.remove(self)
+            self._table.stats.closed["client_sans"] += 1
+            tls.abort()
+            return
+        http = self._http()
+        self._table.replace(self, http)
+        tls.set_protocol(http)
+        http.connection_made(tls)
+        holding.hand_over(http)
+
+    def drop(self, reason: str) -> None:
+        self._dropped = True
+        self._table.remove(self)
+        self._table.stats.closed[reason] += 1
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,140 @@
+"""What exporter-toolkit's handler does in front of the application: basic auth against bcrypt hashes,
+the configured response headers, the optional rate limit; plus HEAD answered for every GET route.
+
+The web configuration is read through a callable, so a reload (SIGHUP or a changed file) takes effect
+on the next request without rebuilding the application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from smlens.serving.webconfig import WebConfig, check_password
+
+PROBES = frozenset({"/-/healthy", "/-/ready"})
+CACHE_SIZE = 100  # successful (user, hash, password) checks remembered, as exporter-toolkit does
+# exporter-toolkit's hash for unknown users, so that an unknown name costs as much as a wrong password.
+_DUMMY_HASH = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+
+
+def basic_credentials(header: bytes) -> tuple[bytes, bytes] | None:
+    scheme, _, encoded = header.partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(b":")
+    return (user, password) if sep else None
+
+
+class _TokenBucket:
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self.rate, self.capacity, self._clock = rate, float(max(burst, 1)), clock
+        self._tokens, self._at = self.capacity, clock()
+
+    def allow(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+class Guard:
+    """ASGI middleware around the smlens application."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: Callable[[], WebConfig],
+        protect_probes: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._app = app
+        self._config = config
+        self._protect_probes = protect_probes
+        self._clock = clock
+        self._verified: OrderedDict[bytes, None] = OrderedDict()
+        self._bcrypt = asyncio.Lock()  # one bcrypt hash at a time, as exporter-toolkit does
+        self._bucket: tuple[WebConfig, _TokenBucket] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        config = self._config()
+        extra = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in config.headers.items()
+        ]
+        if not self._allow(config):
+            await _plain(send, 429, b"Too Many Requests\n", extra)
+            return
+        needs_auth = config.users and (self._protect_probes or scope["path"] not in PROBES)
+        if needs_auth and not await self._authorized(
+            config, dict(scope["headers"]).get(b"authorization", b"")
+        ):
+            await _plain(send, 401, b"Unauthorized\n", [*extra, (b"www-authenticate", b"Basic")])
+            return
+        if scope["method"] == "HEAD":  # the HTTP layer drops the body of a HEAD response
+            scope = dict(scope, method="GET")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start" and extra:
+                message = dict(message, headers=[*message.get("headers", []), *extra])
+            await send(message)
+
+        await self._app(scope, receive, send_with_headers)
+
+    def _allow(self, config: WebConfig) -> bool:
+        if config.rate_per_second <= 0:
+            return True
+        if self._bucket is None or self._bucket[0] is not config:
+            self._bucket = (config, _TokenBucket(config.rate_per_second, config.burst, self._clock))
+        return self._bucket[1].allow()
+
+    async def _authorized(self, config: WebConfig, header: bytes) -> bool:
+        credentials = basic_credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        known = config.users.get(user.decode("utf-8", "replace"))
+        hashed = known or _DUMMY_HASH
+        key = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
+        if key in self._verified:
+            return True
+        async with self._bcrypt:
+            ok = await asyncio.to_thread(check_password, hashed, password)
+        if ok and known is not None:
+            self._verified[key] = None
+            if len(self._verified) > CACHE_SIZE:
+                self._verified.popitem(last=False)
+            return True
+        return False
+
+
+async def _plain(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,361 @@
+"""The web configuration file, in the format of Prometheus' exporter-toolkit (docs/web-configuration.md
+of prometheus/exporter-toolkit), so that a file written for node_exporter works unchanged.
+
+Parsing gives a :class:`WebConfig` or a :class:`~smlens.errors.ConfigError` of one sentence that names
+the offending key. Python's ``ssl`` module cannot do everything Go's ``crypto/tls`` does; what it cannot
+honour is refused by name rather than silently weakened.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import bcrypt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from smlens.errors import ConfigError
+from smlens.yamlfile import read_yaml
+
+TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+# Go's names (crypto/tls CipherSuites()) of the TLS 1.0-1.2 suites, as OpenSSL names them. Like Go,
+# cipher_suites never touches TLS 1.3, whose suites are not configurable.
+CIPHERS = {
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
+# The headers exporter-toolkit lets a file set, with the only values it accepts where it restricts them.
+HEADERS: dict[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
+}
+ClientAuth = Literal[
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "RequireClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+]
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_BCRYPT = re.compile(rb"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go duration string such as ``1m30s`` or ``250ms`` (what exporter-toolkit reads)."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration such as 1s, 250ms or 1m30s")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TlsServerConfig(_Strict):
+    cert: str | None = None
+    key: str | None = None
+    client_ca: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_auth_type: ClientAuth = "NoClientCert"
+    client_ca_file: str | None = None
+    client_allowed_sans: list[str] | None = None
+    min_version: Literal["TLS10", "TLS11", "TLS12", "TLS13"] = "TLS12"
+    max_version: Literal["TLS10", "TLS11", "TLS12", "TLS13"] = "TLS13"
+    cipher_suites: list[str] | None = None
+    prefer_server_cipher_suites: bool = True
+    curve_preferences: list[str] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """exporter-toolkit's IsEnabled: any certificate, key, CA or client-auth setting turns TLS on."""
+        return (
+            any(
+                value is not None
+                for value in (
+                    self.cert,
+                    self.key,
+                    self.client_ca,
+                    self.cert_file,
+                    self.key_file,
+                    self.client_ca_file,
+                )
+            )
+            or "client_auth_type" in self.model_fields_set
+        )
+
+
+class HttpServerConfig(_Strict):
+    http2: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _allowed(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if name not in HEADERS:
+                raise ValueError(f"HTTP header {name!r} can not be configured")
+            if HEADERS[name] and value not in HEADERS[name]:
+                raise ValueError(f"{name} must be one of {', '.join(HEADERS[name])}, not {value!r}")
+        return headers
+
+
+class RateLimit(_Strict):
+    interval: str = "0"
+    burst: int = Field(default=0, ge=0)
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _duration(cls, raw: Any) -> str:
+        if not isinstance(raw, str):
+            raise ValueError("must be a duration such as 1s or 250ms")
+        go_duration(raw)
+        return raw
+
+
+class WebConfigFile(_Strict):
+    tls_server_config: TlsServerConfig = Field(default_factory=TlsServerConfig)
+    http_server_config: HttpServerConfig = Field(default_factory=HttpServerConfig)
+    basic_auth_users: dict[str, str] = Field(default_factory=dict)
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _bcrypt_only(cls, users: dict[str, str]) -> dict[str, str]:
+        for user, hashed in users.items():
+            if not _BCRYPT.match(hashed.encode()):
+                raise ValueError(
+                    f"the password of user {user!r} is not a bcrypt hash (make one with "
+                    '\'htpasswd -nBC 10 "" | tr -d ":\\n"\'); plaintext passwords are refused'
+                )
+        return users
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """A checked web configuration; ``tls`` is None when TLS is off."""
+
+    path: Path | None
+    users: Mapping[str, bytes]
+    headers: Mapping[str, str]
+    rate_per_second: float  # 0: no rate limit
+    burst: int
+    tls: ssl.SSLContext | None
+    allowed_sans: frozenset[str] | None
+    watched: tuple[Path, ...]  # files whose change means "read me again"
+
+
+PLAIN = WebConfig(None, {}, {}, 0.0, 0, None, None, ())
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = _location(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {where!r}"
+    if error["type"] == "literal_error":
+        allowed = error.get("ctx", {}).get("expected", "")
+        return f"{where}: {error['input']!r} is not one of {allowed}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def _resolve(base: Path, name: str | None) -> Path | None:
+    if name is None:
+        return None
+    path = Path(name)
+    return path if path.is_absolute() else base / path
+
+
+def _pem_file(text: str) -> Path:
+    """ssl loads certificates and keys from files only: inline PEM goes to a private temporary file."""
+    handle = tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False)  # noqa: SIM115
+    with handle:
+        handle.write(text)
+    return Path(handle.name)
+
+
+def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
+    where = "tls_server_config"
+    cert_file, key_file = _resolve(base, tls.cert_file), _resolve(base, tls.key_file)
+    if cert_file is None and tls.cert is None:
+        raise ConfigError(f"{where}: missing one of cert or cert_file.")
+    if key_file is None and tls.key is None:
+        raise ConfigError(f"{where}: missing one of key or key_file.")
+    if cert_file is not None and tls.cert is not None:
+        raise ConfigError(f"{where}: give cert or cert_file, not both.")
+    if key_file is not None and tls.key is not None:
+        raise ConfigError(f"{where}: give key or key_file, not both.")
+    if tls.client_auth_type in ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert"):
+        raise ConfigError(
+            f"{where}.client_auth_type {tls.client_auth_type} (a client certificate accepted without "
+            "verification) cannot be honoured by Python's ssl module; use RequireAndVerifyClientCert "
+            "or VerifyClientCertIfGiven with client_ca_file."
+        )
+    has_ca = tls.client_ca_file is not None or tls.client_ca is not None
+    if has_ca and tls.client_auth_type == "NoClientCert":
+        raise ConfigError(f"{where}: client CAs are configured but client_auth_type is NoClientCert.")
+    if tls.client_auth_type != "NoClientCert" and not has_ca:
+        raise ConfigError(
+            f"{where}.client_auth_type {tls.client_auth_type} needs client_ca_file or client_ca."
+        )
+    if TLS_VERSIONS[tls.min_version] > TLS_VERSIONS[tls.max_version]:
+        raise ConfigError(f"{where}: min_version {tls.min_version} is above max_version {tls.max_version}.")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.minimum_version = TLS_VERSIONS[tls.min_version]
+        context.maximum_version = TLS_VERSIONS[tls.max_version]
+    except (ValueError, ssl.SSLError) as exc:
+        raise ConfigError(f"{where}.min_version/max_version cannot be honoured here: {exc}.") from None
+    if tls.min_version in ("TLS10", "TLS11"):
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")  # OpenSSL 3 refuses TLS < 1.2 at its default level
+    temporary: list[Path] = []
+    try:
+        cert = cert_file or _pem_file(tls.cert or "")
+        key = key_file or _pem_file(tls.key or "")
+        temporary += [p for p, inline in ((cert, cert_file is None), (key, key_file is None)) if inline]
+        try:
+            context.load_cert_chain(cert, key)
+        except FileNotFoundError as exc:
+            name = "cert_file" if not Path(cert).exists() else "key_file"
+            raise ConfigError(f"{where}.{name}: cannot read {exc.filename}: {exc.strerror}.") from None
+        except OSError as exc:
+            raise ConfigError(
+                f"{where}: the certificate and key do not load as a PEM pair ({_ssl_reason(exc)})."
+            ) from None
+    finally:
+        for path in temporary:
+            path.unlink(missing_ok=True)
+    if has_ca:
+        ca_file = _resolve(base, tls.client_ca_file)
+        key_name = "client_ca_file" if ca_file is not None else "client_ca"
+        try:
+            if ca_file is not None:
+                context.load_verify_locations(cafile=ca_file)
+            else:
+                context.load_verify_locations(cadata=tls.client_ca)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"{where}.{key_name}: no CA certificate loads from it ({_ssl_reason(exc)})."
+            ) from None
+        context.verify_mode = (
+            ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+        )
+    if tls.cipher_suites:
+        unknown = [name for name in tls.cipher_suites if name not in CIPHERS]
+        if unknown:
+            raise ConfigError(
+                f"{where}.cipher_suites: {unknown[0]!r} is not a TLS 1.2 suite Python's ssl can use "
+                f"(known: {', '.join(sorted(CIPHERS))})."
+            )
+        try:
+            context.set_ciphers(":".join(CIPHERS[name] for name in tls.cipher_suites))
+        except ssl.SSLError:
+            raise ConfigError(f"{where}.cipher_suites: OpenSSL here offers none of them.") from None
+    if tls.prefer_server_cipher_suites:
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    if tls.curve_preferences:
+        unknown = [name for name in tls.curve_preferences if name not in CURVES]
+        if unknown:
+            raise ConfigError(
+                f"{where}.curve_preferences: unknown curve {unknown[0]!r} (known: {', '.join(CURVES)})."
+            )
+        if len(tls.curve_preferences) > 1:
+            raise ConfigError(
+                f"{where}.curve_preferences: Python's ssl module can restrict the handshake to one curve "
+                "only; list exactly one."
+            )
+        context.set_ecdh_curve(CURVES[tls.curve_preferences[0]])
+    return context
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+    return str(reason).lower().replace("_", " ")
+
+
+def web_config_from(raw: Any, path: Path) -> WebConfig:
+    """Checks the parsed content of the web configuration file at ``path`` (relative file names in it
+    are taken from its directory, as exporter-toolkit does)."""
+    prefix = f"web config file {path}"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix} must be a mapping of keys to values.")
+    try:
+        model = WebConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{prefix}: {_first_error(exc)}.") from None
+    base = path.parent
+    tls = model.tls_server_config
+    try:
+        context = _tls_context(tls, base) if tls.enabled else None
+    except ConfigError as exc:
+        raise ConfigError(f"{prefix}: {exc}") from None
+    limit = model.rate_limit
+    seconds = go_duration(limit.interval)
+    watched = tuple(
+        p
+        for p in (path, *(_resolve(base, n) for n in (tls.cert_file, tls.key_file, tls.client_ca_file)))
+        if p is not None
+    )
+    return WebConfig(
+        path=path,
+        users={user: hashed.encode() for user, hashed in model.basic_auth_users.items()},
+        headers=dict(model.http_server_config.headers),
+        rate_per_second=1.0 / seconds if seconds > 0 else 0.0,
+        burst=limit.burst,
+        tls=context,
+        allowed_sans=frozenset(tls.client_allowed_sans) if tls.client_allowed_sans is not None else None,
+        watched=watched,
+    )
+
+
+def load_web_config(path: Path) -> WebConfig:
+    return web_config_from(read_yaml(path, "web config file"), path)
+
+
+def check_password(hashed: bytes, password: bytes) -> bool:
+    try:
+        return bcrypt.checkpw(password, hashed)
+    except ValueError:  # a malformed hash; refused at load, so only a dummy could get here
+        return False

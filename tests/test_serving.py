@@ -1,0 +1,401 @@
+"""The HTTP server as users and attackers meet it: a real ``smlens serve`` process on loopback."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+import httpx
+import pytest
+import yaml
+
+from conftest import REPO, free_port, run_cli
+from tls_support import Issued, TestCA
+
+AUTH = ("prometheus", "scrape-secret")
+HASH = bcrypt.hashpw(AUTH[1].encode(), bcrypt.gensalt(4)).decode()
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    base: str
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Launcher:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def __call__(self, *args: str, scheme: str = "http", ready: httpx.Client | None = None) -> Served:
+        port = free_port()
+        log = self.directory / f"serve-{port}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "smlens",
+                    "serve",
+                    "--backend",
+                    "sim",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    *args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+            )
+        self.processes.append(process)
+        served = Served(process, port, log, f"{scheme}://127.0.0.1:{port}")
+        client = ready or httpx.Client()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert process.poll() is None, served.log_text()
+            try:
+                if client.get(served.base + "/-/ready", timeout=1).status_code == 200:
+                    return served
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(served.log_text())
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Launcher]:
+    launcher = Launcher(tmp_path)
+    yield launcher
+    for process in launcher.processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> tuple[TestCA, Issued, Issued]:
+    ca = TestCA(tmp_path)
+    return ca, ca.issue("server", ["localhost", "127.0.0.1"]), ca.issue("client", ["prometheus"], client=True)
+
+
+def web_config(directory: Path, content: dict[str, object]) -> Path:
+    path = directory / "web.yml"
+    path.write_text(yaml.safe_dump(content))
+    return path
+
+
+def tls_client(ca: TestCA, client: Issued | None = None, **kwargs: object) -> httpx.Client:
+    context = ssl.create_default_context(cafile=str(ca.path))
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
+    return httpx.Client(verify=context, **kwargs)  # type: ignore[arg-type]
+
+
+def test_tls_and_basic_auth_guard_every_endpoint_but_the_probes(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    ca, server, _ = pki
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)},
+            "basic_auth_users": {AUTH[0]: HASH},
+            "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+        },
+    )
+    client = tls_client(ca)
+    served = serve("--web-config-file", str(config), scheme="https", ready=client)
+    for path in ("/metrics", "/api/v1/gpus", "/"):
+        denied = client.get(served.base + path)
+        assert denied.status_code == 401, path
+        assert denied.headers["www-authenticate"] == "Basic"
+        assert client.get(served.base + path, auth=("prometheus", "wrong")).status_code == 401
+        allowed = client.get(served.base + path, auth=AUTH)
+        assert allowed.status_code == 200, path
+        assert allowed.headers["x-content-type-options"] == "nosniff"
+    assert client.get(served.base + "/-/healthy").status_code == 200
+    assert "serving 8 GPU(s) on https://" in served.log_text()
+    # With TLS configured, plain HTTP gets no answer.
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{served.port}/metrics", auth=AUTH, timeout=5)
+    # A scrape after the first pays no bcrypt hash: many in a row stay fast (cost 4 here; the cache
+    # itself is visible as equal latency whatever the cost).
+    started = time.monotonic()
+    for _ in range(20):
+        assert client.get(served.base + "/-/ready", auth=AUTH).status_code == 200
+    assert time.monotonic() - started < 10
+
+
+def test_probes_behind_auth_with_the_flag(serve: Launcher, tmp_path: Path) -> None:
+    config = web_config(tmp_path, {"basic_auth_users": {AUTH[0]: HASH}})
+    port_probe = httpx.Client(auth=AUTH)
+    served = serve("--web-config-file", str(config), "--web-protect-probes", ready=port_probe)
+    assert httpx.get(served.base + "/-/ready").status_code == 401
+    assert httpx.get(served.base + "/-/healthy").status_code == 401
+
+
+def test_client_certificates_required_and_checked_against_allowed_sans(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    ca, server, client_cert = pki
+    stranger = ca.issue("stranger", ["someone-else"], client=True)
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(server.cert),
+                "key_file": str(server.key),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(ca.path),
+                "client_allowed_sans": ["prometheus"],
+            }
+        },
+    )
+    good = tls_client(ca, client_cert)
+    served = serve("--web-config-file", str(config), scheme="https", ready=good)
+    assert good.get(served.base + "/metrics").status_code == 200
+    with pytest.raises(httpx.HTTPError):
+        tls_client(ca).get(served.base + "/metrics", timeout=5)
+    with pytest.raises(httpx.HTTPError):
+        tls_client(ca, stranger).get(served.base + "/metrics", timeout=5)
+
+
+def presented_certificate(port: int, ca: TestCA) -> bytes:
+    context = ssl.create_default_context(cafile=str(ca.path))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        cert = tls.getpeercert(binary_form=True)
+    assert cert is not None
+    return cert
+
+
+def test_rotated_certificate_is_served_without_restart_and_sighup_reloads(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    ca, server, _ = pki
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"}}
+    )
+    served = serve("--web-config-file", str(config), scheme="https", ready=tls_client(ca))
+    first = presented_certificate(served.port, ca)
+    # cert-manager style rotation: new files under the same names.
+    fresh = ca.issue("fresh", ["localhost", "127.0.0.1"])
+    shutil.copy(fresh.cert, server.cert)
+    shutil.copy(fresh.key, server.key)
+    deadline = time.monotonic() + 10
+    while presented_certificate(served.port, ca) == first:
+        assert time.monotonic() < deadline, "the rotated certificate was never served"
+        time.sleep(0.3)
+
+    # A bad new file on SIGHUP: one log line, the old configuration stays in force.
+    config.write_text(
+        "tls_server_config: {cert_file: server.crt, key_file: server.key}\nbasic_auth_users: {a: b}\n"
+    )
+    served.process.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert served.process.poll() is None
+    refused = [line for line in served.log_text().splitlines() if "not reloaded" in line]
+    assert len(refused) == 1, served.log_text()
+    assert "basic_auth_users: the password of user 'a' is not a bcrypt hash" in refused[0]
+    assert tls_client(ca).get(served.base + "/metrics").status_code == 200
+
+    # A good new file on SIGHUP takes effect without a restart.
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
+                "basic_auth_users": {AUTH[0]: HASH},
+            }
+        )
+    )
+    served.process.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert tls_client(ca).get(served.base + "/metrics").status_code == 401
+    assert tls_client(ca).get(served.base + "/metrics", auth=AUTH).status_code == 200
+
+
+def test_sigterm_stops_within_5s_while_a_client_pipelines_and_never_reads(serve: Launcher) -> None:
+    served = serve()
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
+        sock.setblocking(False)
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        for _ in range(3000):
+            try:
+                sock.send(request)
+            except BlockingIOError:
+                break
+        time.sleep(0.5)
+        started = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=10) == 0
+        assert time.monotonic() - started < 5
+    assert "stopped; data sources closed" in served.log_text()
+
+
+def read_until_closed(sock: socket.socket, timeout: float) -> float:
+    """Seconds until the server closed the connection (raises if it did not within ``timeout``)."""
+    started = time.monotonic()
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_header_timeout_closes_silent_and_trickling_connections(serve: Launcher) -> None:
+    served = serve("--web-header-timeout", "1", "--web-idle-timeout", "2")
+    with socket.create_connection(("127.0.0.1", served.port)) as silent:
+        assert read_until_closed(silent, timeout=5) < 3
+    with socket.create_connection(("127.0.0.1", served.port)) as trickler:
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\n")
+        for _ in range(4):  # a byte every 0.4 s never completes the headers
+            time.sleep(0.4)
+            try:
+                trickler.sendall(b"X")
+            except OSError:
+                break
+        assert read_until_closed(trickler, timeout=5) < 3
+    with socket.create_connection(("127.0.0.1", served.port)) as idle:
+        idle.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.2)
+        assert b"200 OK" in idle.recv(4096)
+        assert read_until_closed(idle, timeout=6) < 4  # the keep-alive idle timeout
+    metrics = httpx.get(served.base + "/metrics").text
+    assert 'smlens_http_connections_closed_total{reason="header_timeout"} 2.0' in metrics
+
+
+def test_fresh_client_is_served_at_once_over_the_connection_cap(serve: Launcher) -> None:
+    served = serve("--web-max-connections", "8")
+    silent = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(50)]
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert httpx.get(served.base + "/metrics", timeout=5).status_code == 200
+        assert time.monotonic() - started < 2
+        metrics = httpx.get(served.base + "/metrics").text
+    finally:
+        for sock in silent:
+            sock.close()
+    evicted = next(line for line in metrics.splitlines() if 'reason="evicted"' in line)
+    assert float(evicted.split()[-1]) >= 40
+    assert "smlens_http_open_connections" in metrics
+
+
+def test_malformed_requests_are_counted_not_logged(serve: Launcher) -> None:
+    served = serve()
+    lines_before = len(served.log_text().splitlines())
+    for _ in range(50):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
+            sock.sendall(b"\x16\x03\x01 not http\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+    metrics = httpx.get(served.base + "/metrics").text
+    assert "smlens_http_malformed_requests_total 50.0" in metrics
+    assert len(served.log_text().splitlines()) == lines_before
+
+
+def test_head_works_on_every_get_endpoint(serve: Launcher) -> None:
+    served = serve()
+    for path in ("/", "/metrics", "/-/healthy", "/-/ready", "/api/v1/gpus"):
+        get = httpx.get(served.base + path)
+        head = httpx.head(served.base + path)
+        assert (head.status_code, head.content) == (get.status_code, b""), path
+        assert head.headers["content-type"] == get.headers["content-type"]
+    assert httpx.head(served.base + "/nowhere").status_code == 404
+
+
+def test_process_metrics_are_exported(serve: Launcher) -> None:
+    served = serve()
+    text = httpx.get(served.base + "/metrics").text
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+    ):
+        assert f"\n{name} " in text
+    openmetrics = httpx.get(served.base + "/metrics", headers={"Accept": "application/openmetrics-text"}).text
+    assert openmetrics.count("# EOF") == 1 and openmetrics.endswith("# EOF\n")
+    assert "\nprocess_open_fds " in openmetrics
+
+
+def test_port_in_use_gets_one_sentence_before_anything_starts() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("serve", "--backend", "sim", "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stderr == f"smlens: cannot listen on 127.0.0.1:{port}: Address already in use.\n"
+
+
+def test_unresolvable_host_and_bad_web_config_get_one_sentence(tmp_path: Path) -> None:
+    result = run_cli("serve", "--backend", "sim", "--listen", "no-such-host.invalid:10132")
+    assert result.returncode == 1
+    assert result.stderr.startswith("smlens: cannot listen on no-such-host.invalid:10132: the host does not")
+    assert result.stderr.count("\n") == 1
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "absent.crt", "key_file": "absent.key"}}
+    )
+    port = free_port()
+    result = run_cli(
+        "serve", "--backend", "sim", "--listen", f"127.0.0.1:{port}", "--web-config-file", str(config)
+    )
+    assert result.returncode == 1
+    assert "tls_server_config.cert_file: cannot read" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_basic_credentials_parsing() -> None:
+    from smlens.serving.guard import basic_credentials
+
+    token = base64.b64encode(b"user:pa:ss")
+    assert basic_credentials(b"Basic " + token) == (b"user", b"pa:ss")
+    assert basic_credentials(b"Bearer " + token) is None
+    assert basic_credentials(b"Basic !!!") is None
+    assert basic_credentials(b"Basic " + base64.b64encode(b"nocolon")) is None
+
+
+def test_accept_errors_are_counted_and_logged_at_most_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import errno
+
+    from smlens.serving.connections import Limits
+    from smlens.serving.server import WebServer
+
+    now = [0.0]
+    with socket.socket() as sock:
+        server = WebServer(sock, Limits(), clock=lambda: now[0])
+        loop = asyncio.new_event_loop()
+        try:
+            error = OSError(errno.EMFILE, "Too many open files")
+            for step in range(500):  # asyncio retries accept() once a second after such an error
+                now[0] = step * 0.5
+                server.handle_loop_error(
+                    loop, {"message": "socket.accept() out of system resource", "exception": error}
+                )
+        finally:
+            loop.close()
+    assert server.stats.accept_errors == 500
+    logged = [r for r in caplog.records if "cannot accept connections" in r.getMessage()]
+    assert len(logged) == 5  # at 0, 60, 120, 180 and 240 s
+    assert "(120 time(s) since the last report" in logged[1].getMessage()
