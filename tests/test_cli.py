@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import REPO, ExporterFactory, free_port, require_tool, run_cli
@@ -67,7 +68,7 @@ def test_settings_from_environment_and_config_file(start_exporter: ExporterFacto
 
 def test_check_prints_a_verdict_per_gpu() -> None:
     result = run_cli("check", "--backend", "sim", "--duration", "1", "--interval", "0.2")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # the sim node has hollow GPUs
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["GPU", "model", "util"]
     assert "busy but SMs mostly idle" in lines[2]  # GPU 1, hollow
@@ -77,6 +78,45 @@ def test_check_prints_a_verdict_per_gpu() -> None:
     payload = json.loads(as_json.stdout)
     assert [g["verdict"]["code"] for g in payload["gpus"]][:3] == ["working", "hollow", "hollow"]
     assert abs(payload["gpus"][2]["means"]["sm_active"] - 1 / 132) < 0.002
+
+
+def test_check_says_what_it_samples_and_logs_only_warnings() -> None:
+    result = run_cli("check", "--backend", "sim", "--sim-gpus", "3", "--duration", "1", "--interval", "0.2")
+    assert result.stderr.splitlines() == ["smlens check: sampling 3 GPU(s) (sim) for 1 s ..."]
+    verbose = run_cli("check", "--backend", "sim", "--duration", "0.5", "--log-level", "info")
+    assert " INFO smlens.profiling_policy: GPU 0 " in verbose.stderr
+    assert verbose.stderr.splitlines()[-1].startswith("smlens check: sampling 8 GPU(s)")
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "code"),
+    [
+        (None, 3),  # default: hollow; GPUs 1 and 2 of the sim node are hollow
+        ("none", 0),
+        ("memory_bound", 3),  # GPU 4
+        ("low_occupancy,partial", 3),
+        ("sm_underused,no_profiling,down,unknown", 0),
+    ],
+)
+def test_check_exit_code_gates_on_verdicts(fail_on: str | None, code: int) -> None:
+    args = ["check", "--backend", "sim", "--duration", "0.5", "--interval", "0.25", "--json"]
+    result = run_cli(*args, *(["--fail-on", fail_on] if fail_on else []))
+    assert result.returncode == code, result.stderr
+    verdicts = [g["verdict"]["code"] for g in json.loads(result.stdout)["gpus"]]
+    wanted = {"hollow"} if fail_on is None else set(fail_on.split(",")) - {"none"}
+    assert bool(wanted & set(verdicts)) == (code == 3), verdicts
+
+
+def test_check_fail_on_and_log_level_come_from_the_environment_too() -> None:
+    env = {"SMLENS_FAIL_ON": "none", "SMLENS_LOG_LEVEL": "info"}
+    result = run_cli("check", "--backend", "sim", "--duration", "0.5", env=env)
+    assert result.returncode == 0 and " INFO smlens." in result.stderr
+
+
+def test_check_without_failing_verdicts_exits_0() -> None:
+    result = run_cli("check", "--backend", "sim", "--sim-gpus", "1", "--duration", "0.5")  # GPU 0: working
+    assert result.returncode == 0, result.stderr
+    assert "working" in result.stdout
 
 
 def test_auto_backend_without_nvml_fails_with_one_sentence() -> None:
@@ -102,6 +142,8 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
         (("serve", "--config", str(unknown)), 1, "unknown option 'colour'"),
         (("serve", "--config", str(tmp_path / "absent.yaml")), 1, "cannot read config file"),
         (("check", "--backend", "sim", "--duration", "0"), 1, "--duration: '0' must be from 0.5 to 600"),
+        (("check", "--backend", "sim", "--fail-on", "hollw"), 1, "--fail-on: 'hollw' must be a comma list"),
+        (("check", "--backend", "sim", "--fail-on", ","), 1, "--fail-on: ',' must be a comma list"),
         (("serve", "--backend", "sim", "--thresholds", str(unknown)), 1, "unknown threshold 'colour'"),
     ]
     for args, code, message in cases:

@@ -130,6 +130,12 @@ def _check(settings: CheckSettings) -> int:
     )
     sampler = build_sampler(window)
     try:
+        print(
+            f"smlens check: sampling {len(sampler.gpus)} GPU(s) "
+            f"({' + '.join(b.name for b in sampler.backends)}) for {settings.duration:g} s ...",
+            file=sys.stderr,
+            flush=True,
+        )
         first, last = sample(sampler, settings.duration)
     finally:
         sampler.close()
@@ -138,7 +144,7 @@ def _check(settings: CheckSettings) -> int:
         print(render_json(settings.node_name, settings.duration, reports))
     else:
         print(render_table(reports))
-    return 0
+    return 3 if any(r.verdict.code in settings.fail_on for r in reports) else 0
 
 
 def _run(settings: SourceSettings) -> int:

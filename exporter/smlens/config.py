@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from smlens import names as n
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.backends.registry import KINDS
@@ -29,6 +30,7 @@ from smlens.yamlfile import read_yaml
 
 DEFAULT_PORT = 10132
 NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
+LOG_LEVELS = ("debug", "info", "warning", "error")
 CONFIG_ENV = "SMLENS_CONFIG"
 
 Parser = Callable[[Any], Any]
@@ -91,6 +93,15 @@ def _names(raw: Any) -> tuple[str, ...]:
     if not items:
         raise ValueError("must list at least one name")
     return tuple(items)
+
+
+def _verdicts(raw: Any) -> frozenset[str]:
+    codes = {code.strip() for code in str(raw).split(",") if code.strip()}
+    if codes == {"none"}:
+        return frozenset()
+    if not codes or not codes <= set(n.VERDICT_CODES):
+        raise ValueError(f"must be a comma list of {', '.join(n.VERDICT_CODES)}, or none")
+    return frozenset(codes)
 
 
 def _flag(raw: Any) -> bool:
@@ -203,13 +214,7 @@ class SourceSettings:
     thresholds: Path | None = option(
         _path, None, "YAML file overriding the shipped verdict thresholds", GENERAL, metavar="FILE"
     )
-    log_level: str = option(
-        _choice("debug", "info", "warning", "error"),
-        "info",
-        "log level",
-        GENERAL,
-        choices=("debug", "info", "warning", "error"),
-    )
+    log_level: str = option(_choice(*LOG_LEVELS), "info", "log level", GENERAL, choices=LOG_LEVELS)
     sim_gpus: int = option(
         _number(int, 1, MAX_SIM_GPUS), 8, f"number of simulated GPUs, 1-{MAX_SIM_GPUS}", SIM, metavar="N"
     )
@@ -387,6 +392,16 @@ class CheckSettings(SourceSettings):
         _number(float, 0.5, 600.0), 3.0, "seconds to sample, 0.5-600", CHECK, metavar="S"
     )
     json: bool = option(_flag, False, "print JSON instead of a table", CHECK, switch=True)
+    fail_on: frozenset[str] = option(
+        _verdicts,
+        n.VERDICT_HOLLOW,
+        f"exit 3 when a GPU's verdict is one of these, comma-separated: {', '.join(n.VERDICT_CODES)}; "
+        "or none",
+        CHECK,
+        metavar="VERDICTS",
+    )
+    # A table for a person or a script: the sampler's INFO lines would only be noise there.
+    log_level: str = option(_choice(*LOG_LEVELS), "warning", "log level", GENERAL, choices=LOG_LEVELS)
 
 
 COMMANDS: Mapping[str, type[SourceSettings]] = {"serve": ServeSettings, "check": CheckSettings}
