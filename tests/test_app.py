@@ -85,12 +85,3 @@ def test_api_lists_gpus_with_verdicts_and_filters() -> None:
     assert [g["index"] for g in one] == [2]
     missing = c.get("/api/v1/gpus", params={"gpu": "99"})
     assert missing.status_code == 404 and "no GPU with index or uuid '99'" in missing.json()["error"]
-
-
-def test_landing_page_links_the_endpoints() -> None:
-    publisher = Publisher()
-    publisher.publish(sampled())
-    page = client(publisher).get("/").text
-    for link in ("metrics", "api/v1/gpus", "-/healthy", "-/ready"):
-        assert f'href="{link}"' in page
-    assert "node-a" in page

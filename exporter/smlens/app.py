@@ -3,19 +3,20 @@ none of them calls NVML, DCGM or the kubelet."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from smlens import __version__
 from smlens import names as n
 from smlens.exposition import Exposition, live_registry, render_live
 from smlens.model import GpuState, Snapshot
+from smlens.status.history import History
+from smlens.status.page import status_router
 from smlens.thresholds import Thresholds
-from smlens.verdict import judge
+from smlens.verdict import latest as verdict_of
 
 
 class Publisher:
@@ -48,19 +49,7 @@ def _accepts(header: str, token: str) -> bool:
 
 
 def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
-    g = gpu.gauges
-    verdict = (
-        judge(
-            thresholds,
-            g.get(n.UTILIZATION),
-            g.get(n.SM_ACTIVE),
-            g.get(n.SM_OCCUPANCY),
-            g.get(n.TENSOR_ACTIVE),
-            g.get(n.DRAM_ACTIVE),
-        )
-        if gpu.up
-        else None
-    )
+    verdict = verdict_of(thresholds, gpu)
     ident = gpu.identity
     return {
         "index": ident.index,
@@ -75,7 +64,7 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
             "reason": gpu.profiling_reason,
         },
         "verdict": None if verdict is None else {"code": verdict.code, "text": verdict.text},
-        "values": dict(g),
+        "values": dict(gpu.gauges),
         "missing": dict(gpu.missing),
         "sources": list(gpu.sources),
         "instances": [  # MIG GPU instances; no verdict: NVML gives no utilization per instance
@@ -92,20 +81,16 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
     }
 
 
-LANDING = """<!doctype html><html><head><meta charset="utf-8"><title>smlens</title></head>
-<body><h1>smlens {version}</h1><p>Node <b>{host}</b>: {count} GPU(s), sampled every {interval} s.</p>
-<ul><li><a href="metrics">/metrics</a> Prometheus metrics</li>
-<li><a href="api/v1/gpus">/api/v1/gpus</a> latest snapshot as JSON, with a verdict per GPU</li>
-<li><a href="-/healthy">/-/healthy</a> liveness</li><li><a href="-/ready">/-/ready</a> readiness</li></ul>
-</body></html>"""
-
-
 def create_app(
     publisher: Publisher,
     thresholds: Thresholds,
     sampler_alive: Callable[[], bool],
+    history: History | None = None,
 ) -> FastAPI:
+    """``history`` is the ring the sampler feeds for the status page at ``/``."""
     app = FastAPI(title="smlens", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    history = History(thresholds) if history is None else history
+    app.include_router(status_router(history, lambda gpu: gpu_json(gpu, thresholds)))
 
     def not_ready() -> str | None:
         current = publisher.current
@@ -174,17 +159,6 @@ def create_app(
                     for b in snap.backends
                 ],
             }
-        )
-
-    @app.get("/", response_class=HTMLResponse)
-    async def landing() -> str:
-        current = publisher.current
-        snap = current.snapshot if current else None
-        return LANDING.format(
-            version=html.escape(__version__),
-            host=html.escape(snap.hostname if snap else "?"),
-            count=len(snap.gpus) if snap else 0,
-            interval=snap.interval_seconds if snap else "?",
         )
 
     return app

@@ -86,6 +86,7 @@ def _serve(settings: ServeSettings) -> int:
     from smlens.app import Publisher, create_app
     from smlens.runtime import build_sampler
     from smlens.serving import open_server
+    from smlens.status.history import History
 
     limits = thresholds.load(settings.thresholds)
     token = read_token(settings.admin_token_file) if settings.admin_token_file else None
@@ -93,10 +94,11 @@ def _serve(settings: ServeSettings) -> int:
     try:
         sampler = build_sampler(settings)
         try:
-            publisher = Publisher()
+            publisher, history = Publisher(), History(limits)
             publisher.live.register(server.stats)
             sampler.subscribe(publisher.publish)
-            app = create_app(publisher, limits, sampler.alive)
+            sampler.subscribe(history.record)
+            app = create_app(publisher, limits, sampler.alive, history)
             if token is not None:
                 app.include_router(profiling_router(_admin_control(sampler), token))
             sampler.start()

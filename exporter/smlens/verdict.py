@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smlens import names as n
+from smlens.model import GpuState
 from smlens.thresholds import Thresholds
 
 
@@ -56,3 +57,18 @@ def judge(
     if sm_active >= t.working_sm_active:
         return Verdict(n.VERDICT_WORKING, "working: SMs busy")
     return Verdict(n.VERDICT_PARTIAL, "partly used: kernels run part of the time on part of the SMs")
+
+
+def latest(t: Thresholds, gpu: GpuState) -> Verdict | None:
+    """The verdict on a GPU's latest ratios; None when the GPU could not be read."""
+    if not gpu.up:
+        return None
+    g = gpu.gauges
+    return judge(
+        t,
+        g.get(n.UTILIZATION),
+        g.get(n.SM_ACTIVE),
+        g.get(n.SM_OCCUPANCY),
+        g.get(n.TENSOR_ACTIVE),
+        g.get(n.DRAM_ACTIVE),
+    )
