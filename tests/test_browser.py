@@ -1,33 +1,165 @@
-"""The landing page as a person sees it: headless Debian Chromium driven by Playwright."""
+"""The status page as a person sees it: headless Debian Chromium driven by Playwright.
+
+Every request the page makes goes through a route that records its URL and refuses any that would
+leave 127.0.0.1, so the test proves the page is self-contained, not only that it happens to render.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from conftest import ExporterFactory, require_module, require_tool
+import httpx
+import pytest
+
+from conftest import REPO, ExporterFactory, free_port, require_module, require_tool
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+POINT = re.compile(r"[ML](-?[\d.]+),(-?[\d.]+)")
 
 
-def test_landing_page_links_lead_to_live_data(start_exporter: ExporterFactory, tmp_path: Path) -> None:
+@pytest.fixture
+def browser() -> Iterator[Any]:
     chromium = require_tool("chromium")
     sync_api: Any = require_module("playwright.sync_api")
-    base = start_exporter("--backend", "sim", "--interval", "0.5", "--hostname", "browser-node")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page()
-            page.goto(base + "/")
-            assert "browser-node" in page.inner_text("body")
-            page.screenshot(path=str(tmp_path / "landing.png"))
-            page.click('a[href="api/v1/gpus"]')
-            payload = json.loads(page.inner_text("body"))
-            assert [g["verdict"]["code"] for g in payload["gpus"]][:3] == ["working", "hollow", "hollow"]
-            page.goto(base + "/")
-            page.click('a[href="metrics"]')
-            assert "gpu_sm_active_ratio{" in page.inner_text("body")
+            yield launched
         finally:
-            browser.close()
-    assert (tmp_path / "landing.png").stat().st_size > 1000
+            launched.close()
+
+
+def open_page(browser: Any, base: str, requested: list[str], errors: list[str]) -> Any:
+    """A page whose every request is recorded; requests to anywhere but ``base``'s host are aborted.
+    Script errors and console errors land in ``errors``."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    host = urlsplit(base).hostname
+
+    def route(handle: Any) -> None:
+        requested.append(handle.request.url)
+        if urlsplit(handle.request.url).hostname == host:
+            handle.continue_()
+        else:
+            handle.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return page
+
+
+def points(page: Any, uuid: str, series: str) -> list[tuple[float, float]]:
+    d = page.get_attribute(f'article.gpu[data-uuid="{uuid}"] svg.timeline path[data-series="{series}"]', "d")
+    return [(float(x), float(y)) for x, y in POINT.findall(d or "")]
+
+
+def test_status_page_flags_hollow_gpus_draws_timelines_and_refreshes(
+    start_exporter: ExporterFactory, browser: Any, tmp_path: Path
+) -> None:
+    base = start_exporter("--backend", "sim", "--interval", "0.5", "--hostname", "browser-node")
+    requested: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser, base, requested, errors)
+    page.goto(base + "/")
+    page.wait_for_function("() => document.querySelectorAll('article.gpu[data-verdict]').length === 8")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('path[data-series=sm_active]')]"
+        ".every(p => (p.getAttribute('d') || '').split('L').length > 3)"
+    )
+    api = {g["uuid"]: g for g in httpx.get(base + "/api/v1/gpus").json()["gpus"]}
+    rows = page.locator("article.gpu")
+    shown = {
+        rows.nth(i).get_attribute("data-uuid"): rows.nth(i).get_attribute("data-verdict") for i in range(8)
+    }
+    assert shown == {uuid: gpu["verdict"]["code"] for uuid, gpu in api.items()}
+    assert "browser-node" in page.inner_text("header")
+
+    hollow = [uuid for uuid, code in shown.items() if code == "hollow"]
+    assert [api[uuid]["index"] for uuid in hollow] == [1, 2]
+    assert page.inner_text("#summary") == "2 of 8 GPU(s) busy but with their SMs mostly idle."
+    for uuid in hollow:
+        row = page.locator(f'article.gpu[data-uuid="{uuid}"]')
+        assert "bad" in (row.get_attribute("class") or "").split()
+        assert "busy but SMs mostly idle" in row.locator(".verdict").inner_text()
+        # Drawn, not only present: utilization near the top, SM active near the bottom of the 0..100 box.
+        util, sm = points(page, uuid, "utilization"), points(page, uuid, "sm_active")
+        assert len(util) >= 3 and len(sm) >= 3
+        assert all(y < 10 for _, y in util) and all(y > 80 for _, y in sm)
+        assert row.locator("svg.timeline rect.band").count() >= 1  # the hollow stretch is shaded
+        assert row.locator("svg.timeline").bounding_box()["width"] > 300
+    working = page.locator('article.gpu[data-verdict="working"]')
+    assert working.count() == 1 and working.locator("rect.band").count() == 0
+    first = page.locator("article.gpu").first
+    assert "held by ml-training/llm-pretrain-0/trainer" in first.locator(".owner").inner_text()
+    assert first.locator(".profiling").inner_text() == "SM metrics from sim"
+    numbers = first.locator("dl.numbers").inner_text()
+    assert "W of 700 W" in numbers and "GiB" in numbers and "%" in numbers
+
+    # Refresh without reload: a marker set on the window survives while new points arrive.
+    uuid = hollow[0]
+    before = len(points(page, uuid, "utilization"))
+    page.evaluate("window.smlensMarker = 42")
+    page.wait_for_function(
+        f"() => document.querySelector('article.gpu[data-uuid=\"{uuid}\"] path[data-series=utilization]')"
+        f".getAttribute('d').split('L').length > {before + 3}",
+        timeout=8000,
+    )
+    assert page.evaluate("window.smlensMarker") == 42
+    assert any("/api/v1/history?after=" in url for url in requested)
+    page.screenshot(path=str(tmp_path / "status.png"))
+    assert (tmp_path / "status.png").stat().st_size > 10_000
+
+    # The links lead to live data.
+    page.click('a[href="api/v1/gpus"]')
+    assert [g["verdict"]["code"] for g in json.loads(page.inner_text("body"))["gpus"]][:3] == [
+        "working",
+        "hollow",
+        "hollow",
+    ]
+    page.goto(base + "/")
+    page.click('a[href="metrics"]')
+    assert "gpu_sm_active_ratio{" in page.inner_text("body")
+
+    assert requested and all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
+    assert errors == []
+
+
+def test_timelines_span_fifteen_minutes_at_the_sampling_interval(browser: Any) -> None:
+    sys.path.insert(0, str(REPO / "tools"))
+    import status_screenshot  # tools/ is not a package
+
+    publisher, history = status_screenshot.filled_history(interval=1.0)
+    requested: list[str] = []
+    errors: list[str] = []
+    with status_screenshot.serving(publisher, history, free_port()) as base:
+        page = open_page(browser, base, requested, errors)
+        page.goto(base + "/")
+        page.wait_for_selector("article.gpu[data-verdict] path[data-series=utilization][d^=M]")
+        api = httpx.get(base + "/api/v1/gpus").json()["gpus"]
+        turned, ended = api[1]["uuid"], api[6]["uuid"]
+        util = points(page, turned, "utilization")
+        # 901 ticks, the first only primes the counters: 900 points, one a second, oldest at the left.
+        assert len(util) == 900
+        assert util[0][0] < 3 and util[-1][0] == 900.0
+        steps = [b[0] - a[0] for a, b in itertools.pairwise(util)]
+        assert max(steps) - min(steps) < 0.15
+        # The scenario's GPU 1 turned hollow 6 minutes before the end: its band covers the last 6 minutes.
+        band = page.locator(f'article.gpu[data-uuid="{turned}"] rect.band')
+        assert band.count() == 1
+        assert float(band.get_attribute("x") or 0) == pytest.approx(900 * 9 / 15, abs=2)
+        assert "(6 min 0 s)" in page.locator(f'article.gpu[data-uuid="{turned}"] .since').inner_text()
+        # GPU 6's job ended 8 minutes before the end: SM active high, then at 0.
+        sm = points(page, ended, "sm_active")
+        assert all(y < 20 for x, y in sm if x < 900 * 6.5 / 15) and all(
+            y > 95 for x, y in sm if x > 900 * 7.5 / 15
+        )
+        assert errors == []
+    assert all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
