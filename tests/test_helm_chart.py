@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from helm_support import CHART_DIR, CI_VALUES, NAMESPACE, Rendered, render
+from helm_support import CHART_DIR, CI_VALUES, NAMESPACE, Rendered, helm_sync, render
 from smlens import __version__, cli, config, thresholds
 
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
@@ -86,7 +86,7 @@ def test_helm_lint_strict_passes(values: Path | None) -> None:
 def test_chart_version_follows_the_package() -> None:
     chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2"
-    assert chart["appVersion"] == __version__
+    assert chart["appVersion"] == helm_sync.chart_version(__version__)
 
 
 # --- values.schema.json ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Keep the Helm chart's copies of smlens' thresholds, rules and dashboards in step with their sources.
+"""Keep the Helm chart's version and its copies of smlens' thresholds, rules and dashboards in step with
+their sources.
 
     PYTHONPATH=exporter python tools/helm_sync.py          # rewrite the chart's copies
     PYTHONPATH=exporter python tools/helm_sync.py --check  # exit 1 naming every copy that differs
@@ -12,6 +13,9 @@ effective thresholds back in (templates/_helpers.tpl), so ``--set thresholds.<na
 alerts and dashboards exactly as regenerating them with that override would; tests/test_helm_chart.py
 proves that equality, and that default values render exactly rules/ and dashboards/. The thresholds
 part of values.schema.json is generated here too, so the chart rejects unknown threshold names.
+
+pyproject.toml's ``version`` is the one source of the release version: Chart.yaml's ``version`` and
+``appVersion`` (the default image tag) are written from it, in SemVer form (0.2.0rc1 -> 0.2.0-rc.1).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 from smlens import thresholds
 from smlens.bundle import dashboards, rules
 from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
@@ -33,6 +39,10 @@ from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "smlens"
 SHIPPED_THRESHOLDS = ROOT / "exporter" / "smlens" / "thresholds.yaml"
+PYPROJECT = ROOT / "pyproject.toml"
+# The PEP 440 versions a release may carry, and their SemVer 2 pre-release names.
+RELEASE_VERSION = re.compile(r"(\d+\.\d+\.\d+)(?:(a|b|rc)(\d+))?")
+PRE_RELEASES = {"a": "alpha", "b": "beta", "rc": "rc"}
 PLACEHOLDER = "__SMLENS_THRESHOLD_{}__"
 PERCENT_PLACEHOLDER = "__SMLENS_THRESHOLD_{}_PERCENT__"
 DIFFERENCE_PLACEHOLDER = "__SMLENS_THRESHOLD_{}_MINUS_{}_PERCENT__"
@@ -107,9 +117,38 @@ def schema_text(current: str) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+def package_version() -> str:
+    return str(tomllib.loads(PYPROJECT.read_text())["project"]["version"])
+
+
+def chart_version(version: str) -> str:
+    """The SemVer 2 form Helm needs of a release's PEP 440 version."""
+    match = RELEASE_VERSION.fullmatch(version)
+    if match is None:
+        raise ValueError(
+            f"version {version!r} in pyproject.toml is not a release version (X.Y.Z, optionally aN, bN or "
+            "rcN); Helm needs SemVer, so the chart cannot carry it."
+        )
+    core, kind, number = match.groups()
+    return core if kind is None else f"{core}-{PRE_RELEASES[kind]}.{number}"
+
+
+def chart_yaml_text(current: str, version: str) -> str:
+    """Chart.yaml with ``version`` and ``appVersion`` set to ``version``; every other line kept."""
+    text, found = re.subn(r"(?m)^version: .*$", f"version: {version}", current)
+    text, found_app = re.subn(r"(?m)^appVersion: .*$", f'appVersion: "{version}"', text)
+    if (found, found_app) != (1, 1):
+        raise ValueError("Chart.yaml must have one top-level 'version:' line and one 'appVersion:' line.")
+    return text
+
+
 def expected_files() -> dict[Path, str]:
     """Every chart file this tool owns, with the content it must have."""
-    files = {CHART / "files" / "thresholds.yaml": SHIPPED_THRESHOLDS.read_text()}
+    chart_yaml = CHART / "Chart.yaml"
+    files = {
+        chart_yaml: chart_yaml_text(chart_yaml.read_text(), chart_version(package_version())),
+        CHART / "files" / "thresholds.yaml": SHIPPED_THRESHOLDS.read_text(),
+    }
     for folder, generate in GENERATED.items():
         for name, text in templated(generate).items():
             files[CHART / "files" / folder / name] = text
@@ -126,11 +165,15 @@ def stale_files(expected: Mapping[Path, str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Sync the Helm chart's copies of thresholds, rules and dashboards."
+        description="Sync the Helm chart's version and its copies of thresholds, rules and dashboards."
     )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a copy differs")
     args = parser.parse_args(argv)
-    expected = expected_files()
+    try:
+        expected = expected_files()
+    except ValueError as exc:
+        print(f"helm_sync: {exc}", file=sys.stderr)
+        return 1
     differing = [p for p, text in expected.items() if not p.is_file() or p.read_text() != text]
     stale = stale_files(expected)
     if args.check:
