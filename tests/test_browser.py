@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 
 from conftest import REPO, ExporterFactory, free_port, require_module, require_tool
 
@@ -36,10 +37,12 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
-def open_page(browser: Any, base: str, requested: list[str], errors: list[str]) -> Any:
+def open_page(
+    browser: Any, base: str, requested: list[str], errors: list[str], **context_options: Any
+) -> Any:
     """A page whose every request is recorded; requests to anywhere but ``base``'s host are aborted.
     Script errors and console errors land in ``errors``."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_options)
     host = urlsplit(base).hostname
 
     def route(handle: Any) -> None:
@@ -163,3 +166,29 @@ def test_timelines_span_fifteen_minutes_at_the_sampling_interval(browser: Any) -
         )
         assert errors == []
     assert all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
+
+
+def test_status_page_works_behind_the_web_configs_basic_auth(
+    start_exporter: ExporterFactory, browser: Any, tmp_path: Path
+) -> None:
+    bcrypt = require_module("bcrypt")
+    web = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"page-secret", bcrypt.gensalt(4)).decode()
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"sre": hashed}}))
+    base = start_exporter("--backend", "sim", "--interval", "0.5", "--web-config-file", str(web))
+    for path in ("/", "/static/status.js", "/api/v1/history"):
+        assert httpx.get(base + path).status_code == 401, path
+    requested: list[str] = []
+    errors: list[str] = []
+    page = open_page(
+        browser, base, requested, errors, http_credentials={"username": "sre", "password": "page-secret"}
+    )
+    assert page.goto(base + "/").status == 200
+    page.wait_for_function("() => document.querySelectorAll('article.gpu[data-verdict=hollow]').length === 2")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('path[data-series=utilization]')]"
+        ".every(p => (p.getAttribute('d') || '').split('L').length > 3)"
+    )
+    assert any("/api/v1/history?after=" in url for url in requested)  # polling passes the auth too
+    assert all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
+    assert errors == []

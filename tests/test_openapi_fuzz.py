@@ -20,6 +20,7 @@ from smlens.backends.sim import Scenario, SimBackend
 from smlens.sampler import Sampler
 from smlens.serving.guard import PROBES, Guard
 from smlens.serving.webconfig import web_config_from
+from smlens.status.history import History
 
 TOKEN = "a-token-of-more-than-16-characters"
 AUTH = {"Authorization": "Basic cHJvbWV0aGV1czpzY3JhcGU="}  # prometheus:scrape
@@ -50,11 +51,12 @@ SAMPLER.open()
 
 
 def _app() -> tuple[Guard, dict[str, object]]:
-    publisher = Publisher()
+    publisher, history = Publisher(), History(thresholds.load())
     SAMPLER.subscribe(publisher.publish)
+    SAMPLER.subscribe(history.record)
     for _ in range(3):
         SAMPLER.tick()
-    app = create_app(publisher, thresholds.load(), lambda: True)
+    app = create_app(publisher, thresholds.load(), lambda: True, history)
     app.include_router(profiling_router(Profiling(), TOKEN))
     return Guard(app, lambda: WEB), app.openapi()
 
@@ -72,6 +74,8 @@ def test_the_document_covers_every_endpoint() -> None:
         ("/-/ready", "get"),
         ("/api/v1/gpus", "get"),
         ("/", "get"),
+        ("/static/{name}", "get"),
+        ("/api/v1/history", "get"),
         ("/admin/profiling", "get"),
         ("/admin/profiling/pause", "post"),
         ("/admin/profiling/resume", "post"),

@@ -41,11 +41,8 @@ def status_router(history: History, describe: Describe) -> APIRouter:
     router = APIRouter()
     page = _asset("index.html")
     assets = {name: _asset(name) for name in STATIC}
-    headers = {
-        "Content-Security-Policy": CSP,
-        "X-Content-Type-Options": "nosniff",
-        "Cache-Control": "no-cache",
-    }
+    # Other headers (X-Content-Type-Options, ...) come from the web config's http_server_config.headers.
+    headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
 
     @router.get("/")
     async def status_page() -> Response:
