@@ -17,6 +17,7 @@ from smlens.yamlfile import read_yaml
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _URL = re.compile(r"^https?://\S+$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 def _is_regex(value: str) -> bool:
@@ -33,6 +34,7 @@ def _is_regex(value: str) -> bool:
 _TEXT_FIELDS: dict[str, tuple[Callable[[str], bool], str]] = {
     "exporter_job": (_is_regex, "a regular expression for the Prometheus job label of smlens targets"),
     "runbook_base_url": (lambda value: bool(_URL.match(value)), "an http(s) URL without spaces"),
+    "cluster_label": (lambda value: bool(_LABEL_NAME.match(value)), "a Prometheus label name"),
 }
 
 
@@ -54,6 +56,7 @@ class Thresholds:
     thermal_slowdown_for: str
     hardware_error_for: str
     exporter_job: str
+    cluster_label: str
     runbook_base_url: str
 
     def with_overrides(self, overrides: dict[str, Any], origin: str) -> Thresholds:

@@ -27,19 +27,31 @@ GPU_LEVEL_LABELS = (n.HOSTNAME, n.GPU, n.UUID, *n.OWNER_LABELS)
 
 @dataclass(frozen=True)
 class Level:
-    """An aggregation level: its name in recorded series, the labels it keeps, the GPUs it covers."""
+    """A layer of recorded series: its name, the labels it keeps besides the cluster label, the layer
+    it sums (None: the raw counters), whether it keeps the cluster label, and which of its series get
+    ratios (aggregate buckets of GPUs no workload holds are summed upwards but get no ratio)."""
 
     name: str
     labels: tuple[str, ...]
-    selector: str = ""
+    below: Level | None
+    clustered: bool = True
+    ratio_selector: str = ""
 
 
-GPU = Level("gpu", GPU_LEVEL_LABELS)
-NAMESPACE_POD = Level("namespace_pod", ("namespace", "pod"), '{pod!=""}')
-NAMESPACE = Level("namespace", ("namespace",), '{namespace!=""}')
-HOSTNAME = Level("hostname", ("hostname",))
-FLEET = Level("fleet", ())
-AGGREGATES = (NAMESPACE_POD, NAMESPACE, HOSTNAME, FLEET)
+GPU = Level("gpu", GPU_LABELS, None)
+HOSTNAME = Level("hostname", ("hostname",), GPU)
+NAMESPACE_POD = Level("namespace_pod", ("namespace", "pod"), GPU, ratio_selector='{pod!=""}')
+NAMESPACE = Level("namespace", ("namespace",), NAMESPACE_POD, ratio_selector='{namespace!=""}')
+CLUSTER = Level("cluster", (), HOSTNAME)
+FLEET = Level("fleet", (), CLUSTER, clustered=False)
+AGGREGATES = (HOSTNAME, NAMESPACE_POD, NAMESPACE, CLUSTER, FLEET)
+# Layers that count GPUs by state: the node layer counts per-GPU series, the others sum the counts.
+COUNTED = (HOSTNAME, CLUSTER, FLEET)
+
+
+def level_labels(level: Level, cluster: str) -> tuple[str, ...]:
+    """The labels a layer's series carry, the cluster label first."""
+    return (cluster, *level.labels) if level.clustered else level.labels
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,12 @@ TENSOR_ACTIVE = Mean("gpu_tensor_active", "gpu_tensor_active_seconds", "gpu_prof
 DRAM_ACTIVE = Mean("gpu_dram_active", "gpu_dram_active_seconds", "gpu_profiled_seconds")
 MEANS = (UTILIZATION, SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
 COUNTERS = tuple(dict.fromkeys(c for mean in MEANS for c in (mean.numerator, mean.denominator)))
+# Busy seconds of the GPUs that have SM data: the denominator of SM efficiency at every layer.
+PROFILED_BUSY = "gpu_profiled_busy_seconds"
+HOLLOW = "gpu_busy_but_hollow_seconds"
+SUMMED = (*COUNTERS, PROFILED_BUSY, HOLLOW)
+EFFICIENCY = Mean("gpu_sm_efficiency", SM_ACTIVE.numerator, PROFILED_BUSY)
+GPU_STATES = ("busy", "working", "hollow")
 
 # XIDs that point at the GPU, its memory or its links rather than at the application (NVIDIA's XID
 # catalogue): double-bit ECC, row remapping, NVLink, fell off the bus, contained/uncontained ECC, GSP.
@@ -65,9 +83,14 @@ HARDWARE_XIDS = ("48", "63", "64", "74", "79", "94", "95", "119", "120")
 SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
+def sum_name(level: Level, summed: str, window: str) -> str:
+    """A layer's GPU-seconds per second of a counter (or of the busy-profiled and hollow seconds)."""
+    return f"{level.name}:{summed}:rate{window}"
+
+
 def rate_name(counter: str, window: str) -> str:
     """Per-GPU rate of a counter (GPU-seconds per second)."""
-    return f"gpu:{counter}:rate{window}"
+    return sum_name(GPU, counter, window)
 
 
 def mean_name(level: Level, mean: Mean, window: str) -> str:
@@ -75,13 +98,26 @@ def mean_name(level: Level, mean: Mean, window: str) -> str:
 
 
 def efficiency_name(level: Level, window: str) -> str:
-    """SM-active GPU-seconds per busy GPU-second: SM active / utilization."""
-    return f"{level.name}:gpu_sm_efficiency:ratio_rate{window}"
+    """SM-active GPU-seconds per busy GPU-second (GPUs with SM data only)."""
+    return mean_name(level, EFFICIENCY, window)
 
 
 def hollow_name(level: Level, window: str) -> str:
-    """GPU-seconds per second spent busy but hollow (judged on the window means)."""
-    return f"{level.name}:gpu_busy_but_hollow_seconds:rate{window}"
+    """GPU-seconds per second spent busy but hollow (judged on the per-GPU window means)."""
+    return sum_name(level, HOLLOW, window)
+
+
+def count_name(level: Level, state: str | None, window: str) -> str:
+    """GPUs of a layer in a state judged on the window means (``None``: all GPUs reporting)."""
+    return f"{level.name}:gpus:count" if state is None else f"{level.name}:gpus_{state}:count{window}"
+
+
+UNPROFILED_COUNT = "gpus_unprofiled:count"
+
+
+def unprofiled_name(level: Level) -> str:
+    """GPUs of a layer without SM metrics (no GPM, no DCGM profiling)."""
+    return f"{level.name}:{UNPROFILED_COUNT}"
 
 
 def number(value: float) -> str:
@@ -93,34 +129,44 @@ def quoted(text: str) -> str:
     return json.dumps(text)
 
 
-def _by(labels: Sequence[str]) -> str:
+def by(labels: Sequence[str]) -> str:
     return f"by ({', '.join(labels)}) " if labels else ""
-
-
-def _sum(level: Level, series: str) -> str:
-    return f"sum {_by(level.labels)}({series}{level.selector})"
 
 
 def _record(name: str, expr: str) -> dict[str, str]:
     return {"record": name, "expr": expr}
 
 
-def recording_rules(t: Thresholds) -> list[dict[str, str]]:
+def state_conditions(t: Thresholds) -> dict[str, str]:
+    """Per state, a condition on the per-GPU recorded series that holds for GPUs in that state."""
     w = t.window
+    return {
+        "busy": f"{mean_name(GPU, UTILIZATION, w)} >= bool {number(t.busy_utilization)}",
+        "working": f"{mean_name(GPU, SM_ACTIVE, w)} >= bool {number(t.working_sm_active)}",
+        "hollow": f"{hollow_name(GPU, w)} > bool 0",
+    }
+
+
+def _gpu_layer(t: Thresholds) -> list[dict[str, str]]:
+    w = t.window
+    labels = by(level_labels(GPU, t.cluster_label))
+    # max, not sum: two scrape jobs on one exporter give two identical series per GPU (instance/job
+    # differ), which a sum would double; one GPU never has two series that differ otherwise.
     rules = [
-        _record(rate_name(counter, w), f"sum {_by(GPU_LEVEL_LABELS)}(rate({counter}_total[{w}]))")
-        for counter in COUNTERS
+        _record(rate_name(counter, w), f"max {labels}(rate({counter}_total[{w}]))") for counter in COUNTERS
     ]
-    for mean in MEANS:
+    sm_seconds = rate_name(SM_ACTIVE.numerator, w)
+    busy_seconds = rate_name(UTILIZATION.numerator, w)
+    # Only GPUs with SM data count in the denominator of SM efficiency, or a node with unprofiled
+    # GPUs would exceed 1.
+    rules.append(_record(rate_name(PROFILED_BUSY, w), f"{busy_seconds}\nand\n{sm_seconds}"))
+    for mean in (*MEANS, EFFICIENCY):
         rules.append(
             _record(
                 mean_name(GPU, mean, w),
                 f"{rate_name(mean.numerator, w)}\n/\n({rate_name(mean.denominator, w)} > 0)",
             )
         )
-    sm_seconds = rate_name(SM_ACTIVE.numerator, w)
-    busy_seconds = rate_name(UTILIZATION.numerator, w)
-    rules.append(_record(efficiency_name(GPU, w), f"{sm_seconds}\n/\n({busy_seconds} > 0)"))
     rules.append(
         _record(
             hollow_name(GPU, w),
@@ -129,20 +175,59 @@ def recording_rules(t: Thresholds) -> list[dict[str, str]]:
             f"* ({mean_name(GPU, SM_ACTIVE, w)} <= bool {number(t.hollow_sm_active)})",
         )
     )
-    for level in AGGREGATES:
-        for mean in MEANS:
-            numerator = _sum(level, rate_name(mean.numerator, w))
-            denominator = _sum(level, rate_name(mean.denominator, w))
-            rules.append(_record(mean_name(level, mean, w), f"{numerator}\n/\n({denominator} > 0)"))
-        # Only GPUs with SM data count on both sides, or a node with unprofiled GPUs would exceed 1.
-        profiled_busy = f"({busy_seconds}{level.selector} and {sm_seconds})"
+    return rules
+
+
+def _per_gpu_of_node(expr: str, cluster: str) -> str:
+    """One value per GPU of a node: pod churn leaves a GPU two series for a window; max keeps one."""
+    return f"max by ({cluster}, hostname, uuid) ({expr})"
+
+
+def _counts(level: Level, t: Thresholds) -> list[dict[str, str]]:
+    w = t.window
+    labels = by(level_labels(level, t.cluster_label))
+    below = level.below
+    assert below is not None
+    if below is not GPU:
+        names = [count_name(level, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(level)]
+        sources = [count_name(below, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(below)]
+        return [_record(name, f"sum {labels}({source})") for name, source in zip(names, sources, strict=True)]
+    c = t.cluster_label
+    rules = [_record(count_name(level, None, w), f"count {labels}({_per_gpu_of_node('gpu_info', c)})")]
+    for state, condition in state_conditions(t).items():
+        rules.append(_record(count_name(level, state, w), f"sum {labels}({_per_gpu_of_node(condition, c)})"))
+    rules.append(
+        _record(
+            unprofiled_name(level),
+            f"sum {labels}({_per_gpu_of_node('gpu_profiling_available == bool 0', c)})",
+        )
+    )
+    return rules
+
+
+def _aggregate_layer(level: Level, t: Thresholds) -> list[dict[str, str]]:
+    w = t.window
+    below = level.below
+    assert below is not None
+    labels = by(level_labels(level, t.cluster_label))
+    rules = [_record(sum_name(level, s, w), f"sum {labels}({sum_name(below, s, w)})") for s in SUMMED]
+    for mean in (*MEANS, EFFICIENCY):
+        numerator = f"{sum_name(level, mean.numerator, w)}{level.ratio_selector}"
         rules.append(
             _record(
-                efficiency_name(level, w),
-                f"{_sum(level, sm_seconds)}\n/\n(sum {_by(level.labels)}{profiled_busy} > 0)",
+                mean_name(level, mean, w), f"{numerator}\n/\n({sum_name(level, mean.denominator, w)} > 0)"
             )
         )
-        rules.append(_record(hollow_name(level, w), _sum(level, hollow_name(GPU, w))))
+    if level in COUNTED:
+        rules += _counts(level, t)
+    return rules
+
+
+def recording_rules(t: Thresholds) -> list[dict[str, str]]:
+    """Layers, each summing the one below: GPU, node, namespace/pod, namespace, cluster, fleet."""
+    rules = _gpu_layer(t)
+    for level in AGGREGATES:
+        rules += _aggregate_layer(level, t)
     return rules
 
 
@@ -154,15 +239,6 @@ _WORKLOAD = (
 )
 _WHERE = f"{_GPU}, {_WORKLOAD}"
 _TARGET = "smlens at {{ $labels.instance }} (job {{ $labels.job }})"
-
-
-def _query_percent(series: str) -> str:
-    """Template text: the value of ``series`` for the alert's GPU, as a percentage."""
-    selector = series + "{hostname=%q,uuid=%q}"
-    return (
-        f'{{{{ with printf "{selector}" $labels.hostname $labels.uuid | query }}}}'
-        "{{ . | first | value | humanizePercentage }}{{ end }}"
-    )
 
 
 def _alert(
@@ -181,24 +257,41 @@ def _alert(
     }
 
 
-def _xid_within(selector: str, window: str) -> str:
+def _current_workload(cluster: str) -> str:
+    """Right-hand side of a join that labels a per-GPU expression with the GPU's current workload."""
+    workload = ", ".join(WORKLOAD_LABELS)
+    return (
+        f"* on ({cluster}, hostname, uuid) group_left ({workload})\n"
+        f"group by ({cluster}, hostname, uuid, {workload}) (gpu_up)"
+    )
+
+
+def _xid_within(selector: str, window: str, cluster: str) -> str:
     """XID counters that grew within ``window``, or appeared within it on a GPU already monitored then.
 
-    Counted per GPU whatever workload labels the series carried (a new owner relabels the GPU's
-    series, which must not read as a new error), then labelled with the GPU's current workload.
+    Keyed on the GPU (cluster, hostname, uuid, xid), never on the instance, which changes when the
+    exporter pod restarts without host networking. A new owner relabels a GPU's series: summed over
+    workload labels first, so that is no new error. increase() over that sum counts across a counter
+    reset (exporter restart on the same address); a series that appears on a new address counts when
+    the GPU was monitored a window ago (the exporter restarted: its counts start at its start).
     """
-    workload = ", ".join(n.OWNER_LABELS)
-    now = f"sum without ({workload}) ({selector})"
+    workload = ", ".join(WORKLOAD_LABELS)
+    per_target = f"sum without ({workload}) ({selector})"
     before = f"sum without ({workload}) ({selector} offset {window})"
-    gpu = "on (instance, job, hostname, uuid)"
+    gpu_key = f"{cluster}, hostname, gpu, uuid, xid"
     return (
-        f"(\n  {now} - {before} > 0\n  or\n  ({now} unless {before})\n"
-        f"  and {gpu} (gpu_up offset {window})\n)\n* {gpu} group_left ({workload}) gpu_up"
+        f"max by ({gpu_key}) (\n"
+        f"  increase(({per_target})[{window}:]) > 0\n"
+        f"  or\n"
+        f"  (\n    {per_target}\n    unless\n    {before}\n  )\n"
+        f"  and on ({cluster}, hostname, uuid) (gpu_up offset {window})\n"
+        f")\n{_current_workload(cluster)}"
     )
 
 
 def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
     w = t.window
+    c = t.cluster_label
     util = mean_name(GPU, UTILIZATION, w)
     sm = mean_name(GPU, SM_ACTIVE, w)
     occupancy = mean_name(GPU, SM_OCCUPANCY, w)
@@ -208,7 +301,9 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
     xid_hardware = f'gpu_xid_errors_total{{xid=~"{hardware}"}}'
     xid_other = f'gpu_xid_errors_total{{xid!~"{hardware}"}}'
     slowdown = f"gpu_clock_event_active{{reason=~{quoted('|'.join(SLOWDOWN_REASONS))}}}"
-    per_gpu = _by(GPU_LEVEL_LABELS).strip()
+    # Raw series lose instance and job: two scrape jobs on one exporter give one alert, not two.
+    per_gpu = by(level_labels(GPU, c)).strip()
+    gpu_key = f"{c}, hostname, uuid"
     return [
         _alert(
             t,
@@ -217,7 +312,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             t.hollow_for,
             "warning",
             "GPU looks busy but its SMs are mostly idle",
-            f"{_WHERE}: NVML utilization is {_query_percent(util)} but only"
+            f"{_WHERE}: NVML utilization is at least {t.busy_utilization:.0%} but only"
             f" {{{{ $value | humanizePercentage }}}} of its SMs had work ({w} means; hollow below"
             f" {t.hollow_sm_active:.0%}). Kernels are too small or too few to fill the GPU: launch"
             " overhead, small batches, synchronisation or a CPU-bound input pipeline.",
@@ -238,8 +333,8 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             t,
             "GPUAllocatedButIdle",
             f"max {per_gpu} (gpu_allocation_info)\n"
-            f"* on (hostname, uuid) group_left ()\n"
-            f"max by (hostname, uuid) ({util})\n"
+            f"* on ({gpu_key}) group_left ()\n"
+            f"max by ({gpu_key}) ({util})\n"
             f"< {number(t.idle_utilization)}",
             t.allocated_idle_for,
             "warning",
@@ -251,7 +346,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUProfilingMetricsUnavailable",
-            f"max {per_gpu} (gpu_profiling_available) == 0\nunless on (hostname, uuid)\ngpu_up == 0",
+            f"max {per_gpu} (gpu_profiling_available) == 0\nunless on ({gpu_key})\ngpu_up == 0",
             t.profiling_unavailable_for,
             "warning",
             "SM activity and occupancy are unavailable for a GPU",
@@ -261,7 +356,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUNotReadable",
-            "gpu_up == 0",
+            f"max {per_gpu} (gpu_up) == 0",
             t.exporter_down_for,
             "warning",
             "smlens cannot read a GPU",
@@ -275,6 +370,19 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             "warning",
             "Prometheus cannot scrape smlens",
             f"Prometheus cannot scrape {_TARGET}: the GPUs of that node are not monitored.",
+        ),
+        _alert(
+            t,
+            "GPUNodeWithoutExporter",
+            f'max by ({c}, node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}} > 0)\n'
+            f"unless on ({c}, node)\n"
+            f'label_replace(max by ({c}, hostname) (gpu_up), "node", "$1", "hostname", "(.*)")',
+            t.profiling_unavailable_for,
+            "warning",
+            "A Kubernetes node with GPUs has no smlens exporter reporting",
+            "Node {{ $labels.node }} advertises {{ $value }} nvidia.com/gpu (kube-state-metrics) but no"
+            " smlens exporter reports a GPU from it: the DaemonSet does not run there (node selector,"
+            " taints, resources) or cannot read its GPUs. Its GPUs are not monitored.",
         ),
         _alert(
             t,
@@ -300,7 +408,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUXidError",
-            _xid_within(xid_hardware, w),
+            _xid_within(xid_hardware, w, c),
             t.hardware_error_for,
             "critical",
             "GPU reported a hardware XID error",
@@ -310,7 +418,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUXidError",
-            _xid_within(xid_other, w),
+            _xid_within(xid_other, w, c),
             t.hardware_error_for,
             "warning",
             "GPU reported an XID error",
@@ -320,7 +428,10 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUUncorrectableECCErrors",
-            'gpu_ecc_errors_total{type="uncorrected"} > 0',
+            # Volatile counts come from the driver, not the exporter: keyed on the GPU they survive
+            # exporter restarts as one alert, and end when a driver reload or GPU reset clears them.
+            f'(max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}}) > 0)\n'
+            f"{_current_workload(c)}",
             t.hardware_error_for,
             "critical",
             "GPU memory had uncorrectable ECC errors",
@@ -330,7 +441,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUClockSlowdown",
-            f"{slowdown} == 1",
+            f"max by ({c}, {', '.join(GPU_LABELS)}, reason) ({slowdown}) == 1",
             t.thermal_slowdown_for,
             "warning",
             "GPU clocks are slowed down by heat or power",
