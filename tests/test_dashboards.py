@@ -40,10 +40,10 @@ def test_committed_dashboards_are_what_the_generator_writes() -> None:
 def test_the_four_dashboards_exist_with_their_variables() -> None:
     models = _committed()
     expected = {
-        "smlens-fleet.json": {"datasource", "hostname"},
-        "smlens-node.json": {"datasource", "hostname", "gpu"},
-        "smlens-gpu.json": {"datasource", "hostname", "gpu"},
-        "smlens-workload.json": {"datasource", "namespace", "pod"},
+        "smlens-fleet.json": {"datasource", "cluster"},
+        "smlens-node.json": {"datasource", "cluster", "hostname", "gpu"},
+        "smlens-gpu.json": {"datasource", "cluster", "hostname", "gpu"},
+        "smlens-workload.json": {"datasource", "cluster", "namespace", "pod"},
     }
     assert set(models) == set(expected)
     for name, variables in expected.items():
@@ -122,7 +122,7 @@ def test_fleet_overview_has_the_hollow_panels() -> None:
     assert by_title["Top hollow GPUs"]["type"] == "table"
     assert "topk(20" in by_title["Top hollow GPUs"]["targets"][0]["expr"]
     assert by_title["Hollow GPU-hours by namespace"]["type"] == "bargauge"
-    scatter = by_title["Utilization vs SM active, per GPU"]
+    scatter = by_title["Utilization vs SM active, GPUs with the largest gap"]
     assert scatter["type"] == "xychart"
     assert [t["format"] for t in scatter["targets"]] == ["table", "table"]
     for title in ("Busy (NVML)", "Truly working", "Busy but hollow"):
@@ -144,7 +144,7 @@ def test_thresholds_flow_into_the_dashboards() -> None:
     t = thresholds.load().with_overrides({"busy_utilization": 0.9, "window": "5m"}, "test")
     fleet = json.loads(dashboards.dashboard_files(t)["smlens-fleet.json"])
     exprs = "\n".join(expr for _, expr in panel_queries(fleet))
-    assert ">= 0.9" in exprs and "ratio_rate5m" in exprs and "ratio_rate10m" not in exprs
+    assert "ratio_rate5m" in exprs and "count5m" in exprs and "10m" not in exprs
     busy = next(p for p in fleet["panels"] if p["title"] == "Busy (NVML)")
     assert "90%" in busy["description"] and "5m" in busy["description"]
 

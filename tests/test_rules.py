@@ -144,24 +144,43 @@ def test_recorded_names_follow_level_metric_operations() -> None:
     assert len(names) == len(set(names))
     for name in names:
         level, metric, operations = name.split(":")
-        assert level in levels and metric.startswith("gpu_"), name
-        assert re.fullmatch(r"(ratio_)?rate10m", operations), name
+        assert level in levels and metric.startswith("gpu"), name
+        assert re.fullmatch(r"(ratio_)?rate10m|count(10m)?", operations), name
     for level in (rules.GPU, *rules.AGGREGATES):
         for mean in rules.MEANS:
             assert rules.mean_name(level, mean, t.window) in names
         assert rules.efficiency_name(level, t.window) in names
         assert rules.hollow_name(level, t.window) in names
+    # The per-GPU names users' own queries rely on stay as they were.
+    assert {"gpu:gpu_sm_active:ratio_rate10m", "gpu:gpu_utilization:ratio_rate10m"} <= set(names)
 
 
-def test_aggregates_divide_sums_never_average_ratios() -> None:
-    for record in _records(thresholds.load()):
-        assert "avg" not in record["expr"], record["record"]
-        if (
-            record["record"].startswith(("namespace_pod:", "namespace:", "hostname:", "fleet:"))
-            and "ratio" in record["record"]
-        ):
-            numerator, denominator = record["expr"].split("\n/\n")
-            assert numerator.startswith("sum") and denominator.startswith("(sum"), record["record"]
+def test_each_layer_sums_the_layer_below_and_divides_its_own_sums() -> None:
+    """Aggregates read only the layer below (never the per-GPU series again) and keep the cluster
+    label up to the cluster layer; ratios divide sums of their own layer, never average ratios."""
+    t = thresholds.load()
+    records = {r["record"]: r["expr"] for r in _records(t)}
+    for expr in records.values():
+        assert "avg" not in expr
+    for level in rules.AGGREGATES:
+        assert level.below is not None
+        kept = ", ".join(rules.level_labels(level, "cluster"))
+        grouping = f"by ({kept}) " if kept else ""
+        for summed in rules.SUMMED:
+            below = rules.sum_name(level.below, summed, t.window)
+            assert records[rules.sum_name(level, summed, t.window)] == f"sum {grouping}({below})"
+        for mean in (*rules.MEANS, rules.EFFICIENCY):
+            numerator, denominator = records[rules.mean_name(level, mean, t.window)].split("\n/\n")
+            assert numerator.startswith(rules.sum_name(level, mean.numerator, t.window)), level.name
+            assert denominator == f"({rules.sum_name(level, mean.denominator, t.window)} > 0)"
+    assert "cluster" in rules.level_labels(rules.CLUSTER, "cluster")
+    assert rules.level_labels(rules.FLEET, "cluster") == ()
+
+
+def test_cluster_label_is_configurable() -> None:
+    t = thresholds.load().with_overrides({"cluster_label": "k8s_cluster"}, "test")
+    text = "\n".join(r["expr"] for r in _records(t)) + "\n".join(str(a["expr"]) for a in _alerts(t))
+    assert "k8s_cluster" in text and "cluster," not in text.replace("k8s_cluster,", "")
 
 
 def test_rule_yaml_is_stable_and_literal() -> None:
@@ -197,6 +216,7 @@ def test_bundle_cli_writes_overridden_rules(tmp_path: Path) -> None:
         ("hollow_sm_active: 3\n", "threshold 'hollow_sm_active' must be a ratio from 0 to 1, got 3."),
         ("runbook_base_url: wiki\n", "threshold 'runbook_base_url' must be an http(s) URL without spaces"),
         ("exporter_job: '('\n", "threshold 'exporter_job' must be a regular expression"),
+        ("cluster_label: 'a-b'\n", "threshold 'cluster_label' must be a Prometheus label name"),
         ("no_such: 1\n", "unknown threshold 'no_such'"),
     ],
 )

@@ -1,7 +1,11 @@
 """The Grafana dashboards: fleet overview, node, single GPU and workload, generated from the thresholds.
 
-Panels about "now" and about many GPUs read the recording rules (exact means over the rule window);
-time series of one node or one GPU compute exact means per graph step from the raw counters.
+Each dashboard reads the recorded layer that matches its selection: the fleet overview the cluster
+layer (its cost does not grow with the number of nodes), the workload dashboard the namespace/pod
+layer, the node and GPU dashboards one node's per-GPU series. Time series of one node or one GPU
+compute exact means per graph step from the raw counters. Panels that list GPUs or pods show the
+worst few (topk) rather than thousands of rows. Each dashboard opens with a panel that says whether
+the recording rules are loaded, so that their absence never reads as an idle fleet.
 """
 
 from __future__ import annotations
@@ -11,21 +15,26 @@ from typing import Any
 
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard, render
 from smlens.bundle.rules import (
+    CLUSTER,
     DRAM_ACTIVE,
+    EFFICIENCY,
     GPU,
     HOSTNAME,
+    NAMESPACE,
     NAMESPACE_POD,
     SM_ACTIVE,
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
     UTILIZATION,
+    WORKLOAD_LABELS,
     Level,
     Mean,
+    count_name,
     efficiency_name,
     hollow_name,
     mean_name,
-    number,
-    rate_name,
+    sum_name,
+    unprofiled_name,
 )
 from smlens.thresholds import Thresholds
 
@@ -38,6 +47,7 @@ STAT_OPTIONS = {
     "textMode": "auto",
 }
 NAME_STAT_OPTIONS = {**STAT_OPTIONS, "graphMode": "none", "textMode": "name", "colorMode": "none"}
+CHECK_OPTIONS = {**STAT_OPTIONS, "graphMode": "none", "textMode": "value", "colorMode": "background"}
 SERIES_OPTIONS = {
     "legend": {
         "showLegend": True,
@@ -64,12 +74,13 @@ TIMELINE_OPTIONS = {
 }
 
 GAP = "Utilization - SM active"
-NODE = Variable("hostname", "Node", "label_values(gpu_info, hostname)")
-NODES = Variable("hostname", "Node", "label_values(gpu_info, hostname)", multi=True)
-NODE_GPUS = Variable("gpu", "GPU", 'label_values(gpu_info{hostname="$hostname"}, gpu)', multi=True)
-ONE_GPU = Variable("gpu", "GPU", 'label_values(gpu_info{hostname="$hostname"}, gpu)')
-NAMESPACES = Variable("namespace", "Namespace", "label_values(gpu_allocation_info, namespace)", multi=True)
-PODS = Variable("pod", "Pod", 'label_values(gpu_allocation_info{namespace=~"$namespace"}, pod)', multi=True)
+TOP_GPUS = 20  # GPU and pod lists: the worst this many
+TOP_POINTS = 200  # scatter: GPUs with the largest gap
+RULES_FIX = (
+    "load rules/smlens-recording.rules.yaml and rules/smlens-alerts.rules.yaml into Prometheus; with"
+    " the Helm chart and kube-prometheus-stack, give the PrometheusRule the label your Prometheus"
+    " selects (monitoring.prometheusRule.labels, e.g. release: <your kube-prometheus-stack release>)"
+)
 
 RATIO_MEANINGS = {
     UTILIZATION: (
@@ -105,20 +116,38 @@ class Exprs:
     def __init__(self, t: Thresholds) -> None:
         self.t = t
         self.w = t.window
+        self.c = t.cluster_label
+
+    def selector(self, *matchers: str) -> str:
+        """A selector on the dashboard's cluster variable and ``matchers``."""
+        return "{" + ", ".join((f'{self.c}=~"$cluster"', *matchers)) + "}"
+
+    def cluster_variable(self) -> Variable:
+        return Variable("cluster", "Cluster", f"label_values(gpu_info, {self.c})", multi=True)
 
     def mean(self, level: Level, mean: Mean, selector: str = "") -> str:
         return f"{mean_name(level, mean, self.w)}{selector}"
 
-    def selected_mean(self, mean: Mean, selector: str, by: str = "") -> str:
-        """Exact window mean over the selected GPUs: summed numerators over summed denominators."""
-        numerator = f"sum{by} ({rate_name(mean.numerator, self.w)}{selector})"
-        denominator = f"sum{by} ({rate_name(mean.denominator, self.w)}{selector})"
+    def layer_mean(self, level: Level, mean: Mean, selector: str, by: str = "") -> str:
+        """Exact window mean over the selected series of a layer: summed numerators over summed
+        denominators, never a mean of ratios."""
+        numerator = f"sum{by} ({sum_name(level, mean.numerator, self.w)}{selector})"
+        denominator = f"sum{by} ({sum_name(level, mean.denominator, self.w)}{selector})"
         return f"{numerator}\n/\n({denominator} > 0)"
 
-    def selected_efficiency(self, selector: str) -> str:
-        sm = rate_name(SM_ACTIVE.numerator, self.w)
-        busy = rate_name(UTILIZATION.numerator, self.w)
-        return f"sum({sm}{selector})\n/\n(sum({busy}{selector} and {sm}) > 0)"
+    def layer_count(self, level: Level, state: str | None, selector: str) -> str:
+        return f"sum({count_name(level, state, self.w)}{selector})"
+
+    def rules_loaded(self, level: Level, selector: str) -> str:
+        """1 where the layer is recorded, 0 where smlens reports GPUs but the layer is missing (the
+        recording rules are not loaded), nothing where no smlens data is selected."""
+        return f"group({count_name(level, None, self.w)}{selector})\nor\n(group(gpu_up{selector}) - 1)"
+
+    def current_owner(self) -> str:
+        """Keeps the per-GPU series of a GPU's current owner: after pod churn the window-mean series
+        of the previous owner lingers for a window, and a table would show the GPU twice."""
+        labels = ", ".join((self.c, "hostname", "uuid", *WORKLOAD_LABELS))
+        return f"and on ({labels}) gpu_up"
 
     @staticmethod
     def step_mean(mean: Mean, selector: str, by: str) -> str:
@@ -127,26 +156,44 @@ class Exprs:
         denominator = f"sum by ({by}) (rate({mean.denominator}_total{selector}[$__rate_interval]))"
         return f"{numerator}\n/\n({denominator} > 0)"
 
-    @staticmethod
-    def count_gpus(expr: str) -> str:
-        return f"count(count by (hostname, uuid) ({expr})) or vector(0)"
+    def gap(self, selector: str) -> str:
+        return f"{self.mean(GPU, UTILIZATION, selector)} - {self.mean(GPU, SM_ACTIVE, selector)}"
 
-    def busy(self, selector: str) -> str:
-        return f"{self.mean(GPU, UTILIZATION, selector)} >= {number(self.t.busy_utilization)}"
-
-    def working(self, selector: str) -> str:
-        return f"{self.mean(GPU, SM_ACTIVE, selector)} >= {number(self.t.working_sm_active)}"
-
-    def hollow(self, selector: str) -> str:
-        return f"{hollow_name(GPU, self.w)}{selector} > 0"
-
-    def hollow_hours(self, selector: str, by: str) -> str:
+    def hollow_hours(self, level: Level, selector: str, by: str) -> str:
         """GPU-hours spent hollow over the dashboard range, integrated at the panel's interval."""
-        integral = f"sum_over_time({hollow_name(GPU, self.w)}{selector}[$__range:$__interval])"
+        integral = f"sum_over_time({hollow_name(level, self.w)}{selector}[$__range:$__interval])"
         return f"sum by ({by}) ({integral}) * $__interval_ms / 3600000"
 
     def sm_steps(self) -> list[tuple[float | None, str]]:
         return [(None, "red"), (self.t.hollow_sm_active, "orange"), (self.t.working_sm_active, "green")]
+
+
+def _rules_check(e: Exprs, level: Level, selector: str) -> Panel:
+    """A full-width strip that says plainly whether the recording rules are loaded, and the fix."""
+    return Panel(
+        "stat",
+        "Recording rules",
+        "Most panels read smlens' recording rules. This strip turns red when smlens reports GPUs but"
+        f" the rules' series are missing, so that empty panels never read as idle GPUs. Fix: {RULES_FIX}.",
+        [Query(e.rules_loaded(level, selector), instant=True)],
+        width=24,
+        height=2,
+        options=CHECK_OPTIONS,
+        mappings=[
+            {
+                "type": "value",
+                "options": {
+                    "1": {"text": "smlens recording rules: loaded", "color": "green", "index": 0},
+                    "0": {
+                        "text": "smlens recording rules NOT LOADED: panels below are empty, not zero."
+                        f" Fix: {RULES_FIX}",
+                        "color": "red",
+                        "index": 1,
+                    },
+                },
+            }
+        ],
+    )
 
 
 def _ratio_panel(title: str, description: str, queries: Sequence[Query], width: int = 12) -> Panel:
@@ -168,6 +215,7 @@ def _stat(
     expr: str,
     ratio: bool = False,
     steps: Sequence[tuple[float | None, str]] = (),
+    no_value: str = "",
 ) -> Panel:
     return Panel(
         "stat",
@@ -179,6 +227,7 @@ def _stat(
         ratio=ratio,
         steps=steps,
         options=STAT_OPTIONS,
+        no_value=no_value,
     )
 
 
@@ -202,12 +251,16 @@ def _gpu_table(
     columns: Sequence[tuple[str, str]],
     width: int = 24,
     sort_by: str | None = None,
+    on: str | None = None,
+    overrides: Sequence[dict[str, Any]] = (),
 ) -> Panel:
-    """One row per GPU series of the ``key`` column (name, expression); every other column is a per-GPU
-    expression restricted to those rows. Sorted by ``sort_by``, the key column by default."""
+    """One row per series of the ``key`` column (name, expression); every other column is an expression
+    restricted to those rows (matched on all labels, or ``on`` these). Sorted by ``sort_by``, the key
+    column by default."""
     key_name, key_expr = key
+    matching = f"and on ({on})" if on else "and"
     queries = [Query(key_expr, instant=True)]
-    queries += [Query(f"{expr}\nand\n{key_expr}", instant=True) for _, expr in columns]
+    queries += [Query(f"{expr}\n{matching}\n{key_expr}", instant=True) for _, expr in columns]
     names = [key_name, *(name for name, _ in columns)]
     return Panel(
         "table",
@@ -222,6 +275,7 @@ def _gpu_table(
             "cellHeight": "sm",
             "sortBy": [{"displayName": sort_by or key_name, "desc": True}],
         },
+        overrides=overrides,
         transformations=_joined(names),
     )
 
@@ -251,50 +305,60 @@ def _scatter(title: str, description: str, x: Query, y: Query) -> Panel:
 
 def fleet(t: Thresholds) -> JSON:
     e = Exprs(t)
-    sel = '{hostname=~"$hostname"}'
+    sel = e.selector()
     hollow_rule = (
         f"busy means a {t.window} mean utilization of at least {_pct(t.busy_utilization)}; hollow means busy"
         f" while SM active stays at or below {_pct(t.hollow_sm_active)}"
     )
-    gap = f"{e.mean(GPU, UTILIZATION, sel)} - {e.mean(GPU, SM_ACTIVE, sel)}"
-    top_hollow = f"topk(20, {gap}\nand\n{e.hollow(sel)})"
+    gpu_sel = e.selector()
+    top_hollow = (
+        f"topk({TOP_GPUS}, {e.gap(gpu_sel)}\nand\n{hollow_name(GPU, t.window)}{gpu_sel} > 0)\n"
+        f"{e.current_owner()}"
+    )
+    top_gap = f"topk({TOP_POINTS}, {e.gap(gpu_sel)})\n{e.current_owner()}"
+    by_cluster = f"{{{{{t.cluster_label}}}}}"
     return dashboard(
         "smlens-fleet",
         "smlens / Fleet overview",
-        "How many GPUs are busy according to NVML versus truly working according to SM activity.",
-        [NODES],
+        "How many GPUs are busy according to NVML versus truly working according to SM activity, per"
+        " cluster. Reads the cluster layer of the recording rules: its cost does not grow with the fleet.",
+        [e.cluster_variable()],
         [
+            Row("Recording rules", [_rules_check(e, CLUSTER, sel)]),
             Row(
                 f"Busy vs truly working ({t.window} means)",
                 [
                     _stat(
-                        "GPUs", "GPUs smlens reports on the selected nodes.", e.count_gpus(f"gpu_info{sel}")
+                        "GPUs",
+                        "GPUs smlens reports in the selected clusters (each GPU once, however often it is"
+                        " scraped).",
+                        e.layer_count(CLUSTER, None, sel),
                     ),
                     _stat(
                         "Busy (NVML)",
                         f"GPUs whose NVML utilization ({t.window} mean) is at least"
                         f" {_pct(t.busy_utilization)}: a kernel ran most of the time. This is what most tools"
                         " call a busy GPU; it says nothing about how much of the GPU worked.",
-                        e.count_gpus(e.busy(sel)),
+                        e.layer_count(CLUSTER, "busy", sel),
                     ),
                     _stat(
                         "Truly working",
                         f"GPUs whose SMs were active at least {_pct(t.working_sm_active)} of the time"
                         f" ({t.window} mean): most of the chip had work.",
-                        e.count_gpus(e.working(sel)),
+                        e.layer_count(CLUSTER, "working", sel),
                     ),
                     _stat(
                         "Busy but hollow",
                         f"GPUs that look busy but whose SMs are mostly idle ({hollow_rule}). Open the table"
                         " below and the runbook of GPUBusyButSMUnderused.",
-                        e.count_gpus(e.hollow(sel)),
+                        e.layer_count(CLUSTER, "hollow", sel),
                         steps=[(None, "green"), (1, "orange")],
                     ),
                     _stat(
                         "No SM metrics",
                         "GPUs without SM-level metrics (no NVML GPM or DCGM profiling): smlens cannot tell"
                         " whether they are hollow. See the runbook of GPUProfilingMetricsUnavailable.",
-                        e.count_gpus(f"gpu_profiling_available{sel} == 0"),
+                        f"sum({unprofiled_name(CLUSTER)}{sel})",
                         steps=[(None, "green"), (1, "orange")],
                     ),
                     _stat(
@@ -302,7 +366,7 @@ def fleet(t: Thresholds) -> JSON:
                         "SM-active GPU-seconds per busy GPU-second over the GPUs with SM metrics: the share"
                         " of the time NVML calls busy in which the SMs really had work. Low values mean"
                         " kernels too small or too few to fill the GPUs.",
-                        e.selected_efficiency(sel),
+                        e.layer_mean(CLUSTER, EFFICIENCY, sel),
                         ratio=True,
                         steps=e.sm_steps(),
                     ),
@@ -312,15 +376,15 @@ def fleet(t: Thresholds) -> JSON:
                 "Utilization vs SM activity",
                 [
                     _ratio_panel(
-                        "Utilization vs SM active, selected nodes",
+                        "Utilization vs SM active, selected clusters",
                         f"Exact {t.window} means over all selected GPUs (GPU-seconds summed, then divided)."
                         " The distance between utilization and SM active is time NVML counts as busy while"
                         " the SMs had nothing to do.",
                         [
-                            Query(e.selected_mean(UTILIZATION, sel), "Utilization (NVML)"),
-                            Query(e.selected_mean(SM_ACTIVE, sel), "SM active"),
-                            Query(e.selected_mean(SM_OCCUPANCY, sel), "SM occupancy"),
-                            Query(e.selected_mean(TENSOR_ACTIVE, sel), "Tensor active"),
+                            Query(e.layer_mean(CLUSTER, UTILIZATION, sel), "Utilization (NVML)"),
+                            Query(e.layer_mean(CLUSTER, SM_ACTIVE, sel), "SM active"),
+                            Query(e.layer_mean(CLUSTER, SM_OCCUPANCY, sel), "SM occupancy"),
+                            Query(e.layer_mean(CLUSTER, TENSOR_ACTIVE, sel), "Tensor active"),
                         ],
                     ),
                     Panel(
@@ -330,31 +394,30 @@ def fleet(t: Thresholds) -> JSON:
                         f" {_pct(t.working_sm_active)}). A wide band between busy and working is the hollow"
                         " share of the fleet.",
                         [
-                            Query(e.count_gpus(e.busy(sel)), "busy (NVML)"),
-                            Query(e.count_gpus(e.working(sel)), "truly working"),
-                            Query(e.count_gpus(e.hollow(sel)), "busy but hollow"),
+                            Query(e.layer_count(CLUSTER, "busy", sel), "busy (NVML)"),
+                            Query(e.layer_count(CLUSTER, "working", sel), "truly working"),
+                            Query(e.layer_count(CLUSTER, "hollow", sel), "busy but hollow"),
                         ],
                         options=SERIES_OPTIONS,
                         custom=LINES,
                     ),
                     _ratio_panel(
-                        "Utilization minus SM active, by node",
-                        "Per node, the exact mean utilization minus the exact mean SM activity. Near 0:"
-                        " busy time is real work. Large: the node's GPUs run kernels that leave most SMs"
-                        " idle; look at the node dashboard.",
+                        "Utilization minus SM active, by cluster",
+                        "Per cluster, the exact mean utilization minus the exact mean SM activity. Near 0:"
+                        " busy time is real work. Large: GPUs run kernels that leave most SMs idle; the"
+                        " nodes with the largest gap are listed below.",
                         [
                             Query(
-                                f"{e.mean(HOSTNAME, UTILIZATION, sel)}\n-\n"
-                                f"{e.mean(HOSTNAME, SM_ACTIVE, sel)}",
-                                "{{hostname}}",
+                                f"{e.mean(CLUSTER, UTILIZATION, sel)}\n-\n{e.mean(CLUSTER, SM_ACTIVE, sel)}",
+                                by_cluster,
                             )
                         ],
                     ),
                     _ratio_panel(
-                        "SM efficiency by node",
-                        "Per node, SM-active GPU-seconds per busy GPU-second (GPUs with SM metrics only)."
+                        "SM efficiency by cluster",
+                        "Per cluster, SM-active GPU-seconds per busy GPU-second (GPUs with SM metrics only)."
                         " 100 % means every busy moment kept the SMs working.",
-                        [Query(f"{efficiency_name(HOSTNAME, t.window)}{sel}", "{{hostname}}")],
+                        [Query(f"{efficiency_name(CLUSTER, t.window)}{sel}", by_cluster)],
                     ),
                 ],
             ),
@@ -363,17 +426,34 @@ def fleet(t: Thresholds) -> JSON:
                 [
                     _gpu_table(
                         "Top hollow GPUs",
-                        "The 20 hollow GPUs with the largest gap between utilization and SM active"
+                        f"The {TOP_GPUS} hollow GPUs with the largest gap between utilization and SM active"
                         f" ({hollow_rule}). Workload columns are filled when one container holds the GPU."
                         " Fix: see the runbook of GPUBusyButSMUnderused (batch size, CUDA graphs, input"
                         " pipeline).",
                         (GAP, top_hollow),
                         [
-                            ("Utilization", e.mean(GPU, UTILIZATION, sel)),
-                            ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
-                            ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, sel)),
-                            ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, sel)),
+                            ("Utilization", e.mean(GPU, UTILIZATION, gpu_sel)),
+                            ("SM active", e.mean(GPU, SM_ACTIVE, gpu_sel)),
+                            ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, gpu_sel)),
+                            ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, gpu_sel)),
                         ],
+                    ),
+                    Panel(
+                        "bargauge",
+                        "Nodes with the largest gap",
+                        f"The {TOP_GPUS} nodes whose exact {t.window} mean utilization exceeds their mean SM"
+                        " activity the most: GPUs there look busy but leave SMs idle. Open the node"
+                        " dashboard for one of them.",
+                        [
+                            Query(
+                                f"topk({TOP_GPUS}, {e.mean(HOSTNAME, UTILIZATION, sel)}\n-\n"
+                                f"{e.mean(HOSTNAME, SM_ACTIVE, sel)})",
+                                "{{hostname}}",
+                                instant=True,
+                            )
+                        ],
+                        ratio=True,
+                        options=BARGAUGE_OPTIONS,
                     ),
                     Panel(
                         "bargauge",
@@ -383,7 +463,7 @@ def fleet(t: Thresholds) -> JSON:
                         " that did little work.",
                         [
                             Query(
-                                f"sort_desc(label_replace({e.hollow_hours(sel, 'namespace')},"
+                                f"sort_desc(label_replace({e.hollow_hours(NAMESPACE, sel, 'namespace')},"
                                 ' "namespace", "(none)", "namespace", ""))',
                                 "{{namespace}}",
                                 instant=True,
@@ -393,11 +473,12 @@ def fleet(t: Thresholds) -> JSON:
                         options=BARGAUGE_OPTIONS,
                     ),
                     _scatter(
-                        "Utilization vs SM active, per GPU",
-                        f"One point per GPU ({t.window} means). Healthy GPUs sit on the diagonal; points"
-                        " at the bottom right are busy but hollow; points at the bottom left are idle.",
-                        Query(e.mean(GPU, UTILIZATION, sel), instant=True),
-                        Query(e.mean(GPU, SM_ACTIVE, sel), instant=True),
+                        "Utilization vs SM active, GPUs with the largest gap",
+                        f"One point per GPU ({t.window} means) for the {TOP_POINTS} GPUs whose utilization"
+                        " exceeds their SM activity the most. Healthy GPUs sit on the diagonal; points at"
+                        " the bottom right are busy but hollow.",
+                        Query(f"{e.mean(GPU, UTILIZATION, gpu_sel)}\nand\n{top_gap}", instant=True),
+                        Query(f"{e.mean(GPU, SM_ACTIVE, gpu_sel)}\nand\n{top_gap}", instant=True),
                     ),
                 ],
             ),
@@ -490,14 +571,24 @@ def _hardware_row(selector: str, by_gpu: bool) -> Row:
     )
 
 
+def _node_variables(e: Exprs, one_gpu: bool) -> list[Variable]:
+    one_node = e.selector('hostname="$hostname"')
+    gpus = f"label_values(gpu_info{one_node}, gpu)"
+    return [
+        e.cluster_variable(),
+        Variable("hostname", "Node", f"label_values(gpu_info{e.selector()}, hostname)"),
+        Variable("gpu", "GPU", gpus, multi=not one_gpu),
+    ]
+
+
 def node(t: Thresholds) -> JSON:
     e = Exprs(t)
-    sel = '{hostname="$hostname", gpu=~"$gpu"}'
+    sel = e.selector('hostname="$hostname"', 'gpu=~"$gpu"')
     now_stats = [
         _stat(
             RATIO_MEANINGS[mean][0],
             f"{RATIO_MEANINGS[mean][1]} Exact {t.window} mean over the selected GPUs of this node.",
-            e.selected_mean(mean, sel),
+            e.layer_mean(GPU, mean, sel),
             ratio=True,
             steps=e.sm_steps() if mean is SM_ACTIVE else (),
         )
@@ -508,7 +599,7 @@ def node(t: Thresholds) -> JSON:
             "SM efficiency",
             "SM-active GPU-seconds per busy GPU-second on this node: how much of NVML's 'busy' was real"
             " SM work.",
-            e.selected_efficiency(sel),
+            e.layer_mean(GPU, EFFICIENCY, sel),
             ratio=True,
             steps=e.sm_steps(),
         )
@@ -518,8 +609,9 @@ def node(t: Thresholds) -> JSON:
         "smlens / Node",
         "One node's GPUs: NVML utilization next to SM activity, occupancy, tensor and DRAM, plus power,"
         " memory, clocks and throttling.",
-        [NODE, NODE_GPUS],
+        _node_variables(e, one_gpu=False),
         [
+            Row("Recording rules", [_rules_check(e, HOSTNAME, e.selector('hostname="$hostname"'))]),
             Row(f"This node now ({t.window} means)", now_stats),
             Row(
                 "GPUs of this node",
@@ -530,10 +622,10 @@ def node(t: Thresholds) -> JSON:
                         " and SM active first. Utilization of at least"
                         f" {_pct(t.busy_utilization)} with SM active at or below {_pct(t.hollow_sm_active)}"
                         " is a hollow GPU; see the GPU dashboard and the runbook of GPUBusyButSMUnderused.",
-                        ("Utilization", e.mean(GPU, UTILIZATION, sel)),
+                        ("Utilization", f"{e.mean(GPU, UTILIZATION, sel)}\n{e.current_owner()}"),
                         [
                             ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
-                            (GAP, f"{e.mean(GPU, UTILIZATION, sel)} - {e.mean(GPU, SM_ACTIVE, sel)}"),
+                            (GAP, e.gap(sel)),
                             ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, sel)),
                             ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, sel)),
                             ("DRAM active", e.mean(GPU, DRAM_ACTIVE, sel)),
@@ -571,7 +663,7 @@ def node(t: Thresholds) -> JSON:
 
 def gpu(t: Thresholds) -> JSON:
     e = Exprs(t)
-    sel = '{hostname="$hostname", gpu="$gpu"}'
+    sel = e.selector('hostname="$hostname"', 'gpu="$gpu"')
     activity = [
         Query(e.step_mean(mean, sel, "gpu"), RATIO_MEANINGS[mean][0])
         for mean in (UTILIZATION, SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
@@ -581,8 +673,9 @@ def gpu(t: Thresholds) -> JSON:
         "smlens / GPU",
         "One GPU: utilization, SM activity, occupancy, tensor and DRAM on one time axis, then power,"
         " memory, clocks, throttling and errors.",
-        [NODE, ONE_GPU],
+        _node_variables(e, one_gpu=True),
         [
+            Row("Recording rules", [_rules_check(e, HOSTNAME, e.selector('hostname="$hostname"'))]),
             Row(
                 "This GPU",
                 [
@@ -608,7 +701,7 @@ def gpu(t: Thresholds) -> JSON:
                     _stat(
                         f"SM active ({t.window})",
                         f"{RATIO_MEANINGS[SM_ACTIVE][1]} Exact {t.window} mean.",
-                        e.mean(GPU, SM_ACTIVE, sel),
+                        e.layer_mean(GPU, SM_ACTIVE, sel),
                         ratio=True,
                         steps=e.sm_steps(),
                     ),
@@ -616,16 +709,19 @@ def gpu(t: Thresholds) -> JSON:
                         f"SM efficiency ({t.window})",
                         "SM-active seconds per busy second: the share of NVML's busy time in which the SMs"
                         " really had work.",
-                        efficiency_name(GPU, t.window) + sel,
+                        e.layer_mean(GPU, EFFICIENCY, sel),
                         ratio=True,
                         steps=e.sm_steps(),
                     ),
                     _stat(
                         "XID errors",
                         "XID errors NVML reported for this GPU since the exporter started. Any hardware XID"
-                        " (48, 63, 64, 74, 79, 94, 95, 119, 120) means drain and check the GPU.",
-                        f"sum(gpu_xid_errors_total{sel}) or sum(0 * gpu_up{sel})",
+                        " (48, 63, 64, 74, 79, 94, 95, 119, 120) means drain and check the GPU. smlens"
+                        " exports an XID code's counter from its first occurrence, so no series means"
+                        " none reported (or the GPU is not monitored: see the GPU and power rows).",
+                        f"sum(gpu_xid_errors_total{sel})",
                         steps=[(None, "green"), (1, "red")],
+                        no_value="none reported",
                     ),
                 ],
             ),
@@ -691,89 +787,98 @@ def gpu(t: Thresholds) -> JSON:
     )
 
 
+def _top_pods(e: Exprs, title: str, description: str, expr: str, pick: str = "topk") -> Panel:
+    return _ratio_panel(
+        title,
+        f"{description} With many pods selected, the {TOP_GPUS} {'highest' if pick == 'topk' else 'lowest'}"
+        " at each step; select pods to see them all.",
+        [Query(f"{pick}({TOP_GPUS}, {expr})", "{{namespace}}/{{pod}}")],
+    )
+
+
 def workload(t: Thresholds) -> JSON:
     e = Exprs(t)
-    sel = '{namespace=~"$namespace", pod=~"$pod"}'
+    c = t.cluster_label
+    sel = e.selector('namespace=~"$namespace"', 'pod=~"$pod"')
     pod = NAMESPACE_POD
-    held = f"count by (namespace, pod) (gpu_allocation_info{sel})"
+    pods = f"{c}, namespace, pod"
+    held = f"topk({TOP_GPUS * 2}, count by ({pods}) (gpu_allocation_info{sel}))"
+    attributed = e.selector('namespace=~"$namespace"', 'pod=~"$pod"', 'pod!=""')
+    namespaces = Variable(
+        "namespace", "Namespace", f"label_values(gpu_allocation_info{e.selector()}, namespace)", multi=True
+    )
+    in_namespaces = e.selector('namespace=~"$namespace"')
+    pod_names = Variable("pod", "Pod", f"label_values(gpu_allocation_info{in_namespaces}, pod)", multi=True)
+    gpu_key = f"topk({TOP_GPUS}, {e.gap(attributed)})\n{e.current_owner()}"
     return dashboard(
         "smlens-workload",
         "smlens / Workload",
-        "Pods on GPUs: what they hold, how busy NVML says those GPUs are and how much SM work they do.",
-        [NAMESPACES, PODS],
+        "Pods on GPUs: what they hold, how busy NVML says those GPUs are and how much SM work they do."
+        " Reads the namespace/pod layer of the recording rules.",
+        [e.cluster_variable(), namespaces, pod_names],
         [
+            Row("Recording rules", [_rules_check(e, CLUSTER, e.selector())]),
             Row(
                 f"Pods ({t.window} means)",
                 [
-                    Panel(
-                        "table",
+                    _gpu_table(
                         "Pods on GPUs",
-                        "GPUs each pod holds (from the kubelet) and the exact means over the GPUs it holds"
-                        " alone. Low SM active or SM efficiency with high utilization: the pod's kernels"
-                        " leave the GPU mostly idle; see the runbook of GPUBusyButSMUnderused.",
+                        f"The {TOP_GPUS * 2} selected pods holding the most GPUs (from the kubelet), with the"
+                        " exact means over the GPUs each holds alone. Low SM active or SM efficiency with"
+                        " high utilization: the pod's kernels leave the GPU mostly idle; see the runbook"
+                        " of GPUBusyButSMUnderused.",
+                        ("GPUs", held),
                         [
-                            Query(held, instant=True),
-                            Query(e.mean(pod, UTILIZATION, sel), instant=True),
-                            Query(e.mean(pod, SM_ACTIVE, sel), instant=True),
-                            Query(e.mean(pod, SM_OCCUPANCY, sel), instant=True),
-                            Query(e.mean(pod, TENSOR_ACTIVE, sel), instant=True),
-                            Query(f"{efficiency_name(pod, t.window)}{sel}", instant=True),
+                            ("Utilization", e.mean(pod, UTILIZATION, sel)),
+                            ("SM active", e.mean(pod, SM_ACTIVE, sel)),
+                            ("SM occupancy", e.mean(pod, SM_OCCUPANCY, sel)),
+                            ("Tensor active", e.mean(pod, TENSOR_ACTIVE, sel)),
+                            ("SM efficiency", f"{efficiency_name(pod, t.window)}{sel}"),
                         ],
-                        width=24,
-                        height=10,
-                        options={
-                            "showHeader": True,
-                            "cellHeight": "sm",
-                            "sortBy": [{"displayName": "GPUs", "desc": True}],
-                        },
-                        ratio=True,
+                        on=pods,
                         overrides=[
                             {
                                 "matcher": {"id": "byName", "options": "GPUs"},
                                 "properties": [{"id": "unit", "value": "none"}],
                             }
                         ],
-                        transformations=_joined(
-                            [
-                                "GPUs",
-                                "Utilization",
-                                "SM active",
-                                "SM occupancy",
-                                "Tensor active",
-                                "SM efficiency",
-                            ]
-                        ),
                     ),
                 ],
             ),
             Row(
                 "Over time",
                 [
-                    _ratio_panel(
+                    _top_pods(
+                        e,
                         "Utilization per pod",
                         f"{RATIO_MEANINGS[UTILIZATION][1]} Exact {t.window} mean over the pod's GPUs.",
-                        [Query(e.mean(pod, UTILIZATION, sel), "{{namespace}}/{{pod}}")],
+                        e.mean(pod, UTILIZATION, sel),
                     ),
-                    _ratio_panel(
+                    _top_pods(
+                        e,
                         "SM active per pod",
                         f"{RATIO_MEANINGS[SM_ACTIVE][1]} Exact {t.window} mean over the pod's GPUs. Compare"
                         " with utilization: the gap is time the GPU looked busy without SM work.",
-                        [Query(e.mean(pod, SM_ACTIVE, sel), "{{namespace}}/{{pod}}")],
+                        e.mean(pod, SM_ACTIVE, sel),
+                        pick="bottomk",
                     ),
-                    _ratio_panel(
+                    _top_pods(
+                        e,
                         "SM efficiency per pod",
                         "SM-active GPU-seconds per busy GPU-second over the pod's GPUs. Low: small kernels,"
                         " launch overhead, synchronisation or an input pipeline the GPU waits for.",
-                        [Query(f"{efficiency_name(pod, t.window)}{sel}", "{{namespace}}/{{pod}}")],
+                        f"{efficiency_name(pod, t.window)}{sel}",
+                        pick="bottomk",
                     ),
                     Panel(
                         "timeseries",
                         "GPU memory used per pod",
                         "Framebuffer memory used on the GPUs each pod holds alone. Memory held while"
-                        " utilization stays near 0 is an idle allocation (GPUAllocatedButIdle).",
+                        " utilization stays near 0 is an idle allocation (GPUAllocatedButIdle). With many"
+                        f" pods selected, the {TOP_GPUS} largest at each step.",
                         [
                             Query(
-                                f"sum by (namespace, pod) (gpu_memory_used_bytes{sel})",
+                                f"topk({TOP_GPUS}, sum by ({pods}) (gpu_memory_used_bytes{attributed}))",
                                 "{{namespace}}/{{pod}}",
                             )
                         ],
@@ -786,10 +891,10 @@ def workload(t: Thresholds) -> JSON:
                         "Hollow GPU-hours per pod",
                         f"GPU-hours each pod's GPUs spent busy but hollow during the dashboard's range (busy:"
                         f" utilization of at least {_pct(t.busy_utilization)}; hollow: SM active at or below"
-                        f" {_pct(t.hollow_sm_active)}; {t.window} means).",
+                        f" {_pct(t.hollow_sm_active)}; {t.window} means); the {TOP_GPUS} largest.",
                         [
                             Query(
-                                f"sort_desc({e.hollow_hours(sel, 'namespace, pod')})",
+                                f"sort_desc(topk({TOP_GPUS}, {e.hollow_hours(pod, attributed, pods)}))",
                                 "{{namespace}}/{{pod}}",
                                 instant=True,
                             )
@@ -800,13 +905,15 @@ def workload(t: Thresholds) -> JSON:
                     ),
                     _gpu_table(
                         "GPUs of the selected pods",
-                        f"Each GPU a selected pod holds alone, with its {t.window} means.",
-                        ("Utilization", e.mean(GPU, UTILIZATION, sel)),
+                        f"The {TOP_GPUS} GPUs held alone by a selected pod with the largest gap between"
+                        f" utilization and SM active, with their {t.window} means.",
+                        (GAP, gpu_key),
                         [
-                            ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
-                            ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, sel)),
-                            ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, sel)),
-                            ("DRAM active", e.mean(GPU, DRAM_ACTIVE, sel)),
+                            ("Utilization", e.mean(GPU, UTILIZATION, attributed)),
+                            ("SM active", e.mean(GPU, SM_ACTIVE, attributed)),
+                            ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, attributed)),
+                            ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, attributed)),
+                            ("DRAM active", e.mean(GPU, DRAM_ACTIVE, attributed)),
                         ],
                         width=12,
                     ),

@@ -1,8 +1,10 @@
 """A small typed builder for classic Grafana dashboard JSON (the model with ``panels``).
 
-It targets Grafana 11 (``schemaVersion`` 39; Grafana migrates it forward on import) and writes only
-what the panels use. Every query goes to the dashboard's ``datasource`` variable, so the files import
-into any Grafana without ``__inputs`` mapping.
+It writes ``schemaVersion`` 39 (Grafana 10.4 and later migrate it forward on import) and only what
+the panels use. Every query goes to the dashboard's ``datasource`` variable, so the files import into
+any Grafana without ``__inputs`` mapping. Every panel names the Grafana version its options were
+written for (``pluginVersion``): Grafana runs a panel's migration when that differs from its own, and
+an empty one makes the XY chart rewrap options already in its 11.1 form (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 39
+# The Grafana version whose option format each panel type's options follow: the oldest the
+# dashboards support (10.4 LTS), except the XY chart, whose options changed in 11.1 and which
+# migrates any pluginVersion below 11.1 from the old format (grafana/grafana
+# public/app/plugins/panel/xychart/migrations.ts).
+PLUGIN_VERSION = "10.4.0"
+PLUGIN_VERSIONS: Mapping[str, str] = {"xychart": "11.1.0"}
 GRID_WIDTH = 24
 DATASOURCE: Mapping[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 TAG = "smlens"
@@ -43,6 +51,8 @@ class Panel:
     options: Mapping[str, Any] = field(default_factory=dict)
     custom: Mapping[str, Any] = field(default_factory=dict)  # fieldConfig.defaults.custom
     overrides: Sequence[Mapping[str, Any]] = ()  # fieldConfig.overrides: per-field settings
+    mappings: Sequence[Mapping[str, Any]] = ()  # fieldConfig.defaults.mappings: value to text
+    no_value: str = ""  # fieldConfig.defaults.noValue: what the panel says when the query is empty
     transformations: Sequence[Mapping[str, Any]] = ()
 
 
@@ -59,7 +69,7 @@ class Variable:
     name: str
     label: str
     query: str
-    multi: bool = False
+    multi: bool = False  # several values and an All option, which matches any value, empty included
 
 
 def _target(query: Query, ref: str, table: bool) -> JSON:
@@ -91,11 +101,16 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> JSON:
         defaults["color"] = {"mode": "thresholds"}
     if panel.custom:
         defaults["custom"] = dict(panel.custom)
+    if panel.no_value:
+        defaults["noValue"] = panel.no_value
+    if panel.mappings:
+        defaults["mappings"] = [dict(m) for m in panel.mappings]
     refs = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     table = panel.kind in ("table", "xychart")
     out: JSON = {
         "id": panel_id,
         "type": panel.kind,
+        "pluginVersion": PLUGIN_VERSIONS.get(panel.kind, PLUGIN_VERSION),
         "title": panel.title,
         "description": panel.description,
         "datasource": dict(DATASOURCE),
