@@ -215,13 +215,13 @@ def panel_queries(dashboard: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def substitute(expr: str, values: Mapping[str, str]) -> str:
+def substitute(expr: str, values: Mapping[str, str], builtins: Mapping[str, str] = GRAFANA_BUILTINS) -> str:
     """The query as Grafana sends it: every ``$name`` / ``${name}`` replaced; unknown names fail."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        if name in GRAFANA_BUILTINS:
-            return GRAFANA_BUILTINS[name]
+        if name in builtins:
+            return builtins[name]
         if name not in values:
             raise KeyError(f"variable ${name} is not defined by the dashboard")
         return values[name]

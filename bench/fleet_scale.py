@@ -1,0 +1,488 @@
+"""Cost of the rules and dashboards on a synthetic fleet, in a real Prometheus TSDB.
+
+    PYTHONPATH=exporter python3 bench/fleet_scale.py [--nodes 100 1000] [--minutes 14] [--clusters 4]
+
+For each fleet size N:
+
+1. One 8-GPU node of the sim backend is sampled (the exporter's own sampler and collector, on a
+   simulated clock) and rendered as Prometheus text. Its series are copied to N nodes, relabelled the
+   way a scrape would label them (hostname, uuid, instance, job, a cluster label), with the GPUs'
+   sim profiles rotated per node and half of each node's GPUs held by pods (the owner labels smlens
+   adds). Counters advance at the sim GPU's rates, one sample every --scrape seconds for --minutes,
+   ending a few minutes after the data is loaded (so that the rules' windows stay full while the
+   benchmark runs). Only the families the rules and dashboards read are written.
+2. ``promtool tsdb create-blocks-from openmetrics`` writes that history as TSDB blocks, and a real
+   Prometheus opens them with the shipped rules (rules/), evaluated every --interval seconds.
+3. After --evaluations evaluations, each rule group's last evaluation time (Prometheus'
+   /api/v1/rules) is read after every evaluation; the median per group is printed.
+4. Every query of every shipped dashboard (dashboards/) runs in its default view: the time range
+   now-6h, the step Grafana would pick for the panel's width on a 1,800 px wide dashboard, All for
+   multi-value variables and the first value for the others; the variable queries too. Queries run
+   one after another; the wall time of each (HTTP included) is summed per dashboard.
+
+Prints one JSON document: per N the series counts, group durations and dashboard times; then the
+ratios between the largest and smallest N, a linear projection to 10,000 nodes and the targets.
+Timings are noisy on a shared machine: compare the figures of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "exporter"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from conftest import free_port, wait_ready  # noqa: E402
+from promstack import substitute  # noqa: E402
+from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
+from smlens.collector import SnapshotCollector  # noqa: E402
+from smlens.sampler import Sampler  # noqa: E402
+
+GPUS = 8
+TEMPLATE_SECONDS = 60
+# Families the rules and dashboards read; the others would only make the files larger.
+FAMILIES = re.compile(
+    r"gpu_(busy|utilization_sampled|profiled|sm_active|sm_occupancy|tensor_active|dram_active)_seconds_total"
+    r"|gpu_(info|up|profiling_available|memory_used_bytes|power_watts|temperature_celsius)"
+    r"|gpu_(ecc_errors_total|clock_event_active)|smlens_(backend_up|snapshot_timestamp_seconds)"
+)
+GRAFANA_WIDTH_PX = 1800
+SIX_HOURS = 6 * 3600
+TARGETS = {"rules_at_1000_s": 1.0, "rules_at_10000_s": 10.0, "dashboard_at_1000_s": 1.0}
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: dict[str, str]
+    value: float
+    rate: float  # per second; 0 for gauges
+
+
+def template(scrape: float) -> list[Series]:
+    """One sim node's series with each counter's rate, from two renders ``TEMPLATE_SECONDS`` apart."""
+    now = [0.0]
+    sampler = Sampler(
+        SimBackend(Scenario.steady(GPUS), hostname_hint="tmpl"),
+        [],
+        "tmpl",
+        scrape,
+        clock=lambda: now[0],
+        wall=lambda: 1.7e9 + now[0],
+    )
+    sampler.open()
+    renders = []
+    for step in range(int(TEMPLATE_SECONDS / scrape) + 1):
+        now[0] = step * scrape
+        snapshot = sampler.tick()
+        if step in (1, int(TEMPLATE_SECONDS / scrape)):
+            registry = CollectorRegistry()
+            registry.register(SnapshotCollector(snapshot))
+            renders.append(generate_latest(registry).decode())
+    first: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for render, into in zip(renders, (first, last), strict=True):
+        for family in text_string_to_metric_families(render):
+            for sample in family.samples:
+                if FAMILIES.fullmatch(sample.name):
+                    into[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    elapsed = TEMPLATE_SECONDS - scrape
+    out = []
+    for (name, labels), value in last.items():
+        rate = (value - first[(name, labels)]) / elapsed if name.endswith("_total") else 0.0
+        out.append(Series(name, dict(labels), value, rate))
+    return out
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _rest(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """A GPU series' labels other than the GPU's identity."""
+    return frozenset((k, v) for k, v in labels.items() if k not in ("gpu", "uuid"))
+
+
+def node_labels(node: int, clusters: int) -> dict[str, str]:
+    return {
+        "cluster": f"cluster-{node % clusters}",
+        "hostname": f"node-{node:05d}",
+        "instance": f"10.{node // 65536}.{node // 256 % 256}.{node % 256}:10132",
+        "job": "smlens",
+    }
+
+
+def owner(node: int, gpu: int) -> dict[str, str]:
+    """GPUs 0-3 run one training pod, 4 and 5 one inference pod each, 6 and 7 are free."""
+    if gpu < 4:
+        return {"namespace": f"team-{node % 25}", "pod": f"train-{node}", "container": "main"}
+    if gpu < 6:
+        return {"namespace": "serving", "pod": f"infer-{node}-{gpu}", "container": "server"}
+    return {}
+
+
+def write_fleet(path: Path, nodes: int, clusters: int, scrape: float, minutes: float, end: float) -> int:
+    """The fleet's history as OpenMetrics text; returns the number of series."""
+    series = template(scrape)
+    ticks = [end - i * scrape for i in range(int(minutes * 60 / scrape))][::-1]
+    start = ticks[0]
+    by_family: dict[str, list[Series]] = {}
+    twins: dict[tuple[str, int, frozenset[tuple[str, str]]], Series] = {}
+    for s in series:
+        by_family.setdefault(s.name, []).append(s)
+        if "gpu" in s.labels:
+            twins[(s.name, int(s.labels["gpu"]), _rest(s.labels))] = s
+    count = 0
+    with path.open("w") as out:
+        for name, members in by_family.items():
+            out.write(f"# TYPE {name} gauge\n")
+            for node in range(nodes):
+                base = node_labels(node, clusters)
+                for s in members:
+                    labels = {**s.labels, **base}
+                    value, rate = s.value, s.rate
+                    if "gpu" in s.labels:
+                        # Rotate the sim profiles so that nodes differ; keep the GPU's index.
+                        index = int(s.labels["gpu"])
+                        twin = twins.get((name, (index + node) % GPUS, _rest(s.labels)), s)
+                        value, rate = twin.value, twin.rate
+                        labels.update(uuid=f"GPU-{node:05d}-{index}", **owner(node, index))
+                    text = f"{name}{_labels(labels)}"
+                    out.writelines(
+                        f"{text} {value + rate * (tick - start):.6g} {tick:.3f}\n" for tick in ticks
+                    )
+                    count += 1
+        out.write("# TYPE gpu_allocation_info gauge\n")
+        for node in range(nodes):
+            base = node_labels(node, clusters)
+            for gpu in range(GPUS):
+                if owner(node, gpu):
+                    labels = {
+                        **base,
+                        "gpu": str(gpu),
+                        "uuid": f"GPU-{node:05d}-{gpu}",
+                        **owner(node, gpu),
+                        "resource": "nvidia.com/gpu",
+                    }
+                    out.writelines(f"gpu_allocation_info{_labels(labels)} 1 {tick:.3f}\n" for tick in ticks)
+                    count += 1
+        out.write("# TYPE up gauge\n")
+        for node in range(nodes):
+            out.writelines(f"up{_labels(node_labels(node, clusters))} 1 {tick:.3f}\n" for tick in ticks)
+            count += 1
+        out.write("# EOF\n")
+    return count
+
+
+@contextmanager
+def prometheus(workdir: Path, data: Path, interval: float, bundle: Path) -> Iterator[str]:
+    rules = sorted(str(p) for p in (bundle / "rules").glob("*.rules.yaml"))
+    config = {"global": {"evaluation_interval": f"{interval:g}s"}, "rule_files": rules}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(f"{base}/-/ready", process, timeout=600)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(60)
+        log.close()
+
+
+def instant(base: str, expr: str) -> list[dict[str, Any]]:
+    body = httpx.get(f"{base}/api/v1/query", params={"query": expr}, timeout=120).json()
+    if body["status"] != "success":
+        raise SystemExit(f"query failed: {expr}: {body.get('error')}")
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def group_durations(base: str, evaluations: int, interval: float) -> dict[str, float]:
+    """Median over ``evaluations`` evaluations of each group's evaluation time, in seconds."""
+    seen: dict[str, list[float]] = {}
+    last: dict[str, str] = {}
+    deadline = time.monotonic() + evaluations * interval * 4 + 120
+    while time.monotonic() < deadline:
+        groups = httpx.get(f"{base}/api/v1/rules", timeout=30).json()["data"]["groups"]
+        for group in groups:
+            stamp = group.get("lastEvaluation", "")
+            if stamp.startswith("0001") or last.get(group["name"]) == stamp:
+                continue
+            last[group["name"]] = stamp
+            seen.setdefault(group["name"], []).append(group["evaluationTime"])
+        if seen and all(len(v) > evaluations for v in seen.values()) and len(seen) == len(groups):
+            break
+        time.sleep(interval / 3)
+    # The first evaluation after start pays for loading the blocks' index: left out.
+    return {name: statistics.median(times[1:] or times) for name, times in seen.items()}
+
+
+def grafana_step(width: int) -> int:
+    """The step Grafana picks for a 6 h range: range / panel width in px, at least the 15 s scrape
+    interval, rounded as Grafana rounds intervals (to 15 s, 20 s, 30 s, 1 m...)."""
+    raw = SIX_HOURS / (GRAFANA_WIDTH_PX * width / 24)
+    for step in (15, 20, 30, 60, 120, 300):
+        if raw <= step:
+            return step
+    return 600
+
+
+def _substitute(expr: str, values: Mapping[str, str], step: int) -> str:
+    builtins = {
+        "__rate_interval": f"{max(step + 15, 60)}s",
+        "__interval": f"{step}s",
+        "__interval_ms": str(step * 1000),
+        "__range": "6h",
+    }
+    text: str = substitute(expr, values, builtins)
+    return text
+
+
+def default_values(base: str, model: Mapping[str, Any]) -> dict[str, str]:
+    """All (.*) for multi-value variables, the first value (sorted) for the others; each variable's
+    query is timed as part of the dashboard."""
+    values: dict[str, str] = {}
+    for variable in model["templating"]["list"][1:]:
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
+        assert match, variable["definition"]
+        if variable["multi"]:
+            values[variable["name"]] = ".*"
+            continue
+        selector = _substitute(match.group(1), values, 15)
+        body = httpx.get(
+            f"{base}/api/v1/label/{match.group(2)}/values",
+            params={"match[]": selector, "start": time.time() - SIX_HOURS, "end": time.time()},
+            timeout=60,
+        ).json()
+        values[variable["name"]] = sorted(body["data"])[0] if body["data"] else ""
+    return values
+
+
+def dashboard_time(base: str, model: Mapping[str, Any]) -> dict[str, Any]:
+    values = default_values(base, model)
+    now = time.time()
+    total = 0.0
+    inside = 0.0  # Prometheus' own execTotalTime: without HTTP and JSON
+    samples = 0  # samples the queries read (totalQueryableSamples): the cost free of timing noise
+    slowest = ("", 0.0)
+    series = 0
+    queries = 0
+    started = time.perf_counter()
+    for variable in model["templating"]["list"][1:]:
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
+        assert match
+        httpx.get(
+            f"{base}/api/v1/label/{match.group(2)}/values",
+            params={"match[]": _substitute(match.group(1), values, 15), "start": now - SIX_HOURS, "end": now},
+            timeout=60,
+        ).raise_for_status()
+        queries += 1
+    total += time.perf_counter() - started
+    for panel in model["panels"]:
+        if panel["type"] == "row":
+            continue
+        step = grafana_step(panel["gridPos"]["w"])
+        for target in panel["targets"]:
+            expr = _substitute(target["expr"], values, step)
+            params: dict[str, str | float] = {"query": expr, "stats": "all"}
+            if target["instant"]:
+                url = f"{base}/api/v1/query"
+                params["time"] = now
+            else:
+                url = f"{base}/api/v1/query_range"
+                params.update(start=now - SIX_HOURS, end=now, step=step)
+            began = time.perf_counter()
+            body = httpx.get(url, params=params, timeout=120).json()
+            spent = time.perf_counter() - began
+            if body["status"] != "success":
+                raise SystemExit(f"{model['title']} / {panel['title']}: {body.get('error')}")
+            total += spent
+            inside += body["data"]["stats"]["timings"]["execTotalTime"]
+            samples += body["data"]["stats"]["samples"]["totalQueryableSamples"]
+            queries += 1
+            series = max(series, len(body["data"]["result"]))
+            if spent > slowest[1]:
+                slowest = (panel["title"], spent)
+    return {
+        "queries": queries,
+        "total_s": round(total, 3),
+        "prometheus_exec_s": round(inside, 3),
+        "samples_read": samples,
+        "slowest_panel": slowest[0],
+        "slowest_s": round(slowest[1], 3),
+        "most_series_in_one_query": series,
+        "variables": values,
+    }
+
+
+def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -> dict[str, Any]:
+    promtool = shutil.which("promtool") or "promtool"
+    began = time.monotonic()
+    end = time.time() + args.ahead * 60
+    om = workdir / "fleet.om"
+    raw_series = write_fleet(om, nodes, args.clusters, args.scrape, args.minutes, end)
+    generated = time.monotonic()
+    data = workdir / "data"
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
+    om.unlink()
+    loaded = time.monotonic()
+    time.sleep(max(0.0, end + 1 - time.time()))
+    data_age = time.time() - end
+    with prometheus(workdir, data, args.interval, bundle) as base:
+        groups = group_durations(base, args.evaluations, args.interval)
+        recorded = instant(base, 'count({__name__=~".+:.+:.+"})')
+        dashboards = {
+            path.name: dashboard_time(base, json.loads(path.read_text()))
+            for path in sorted((bundle / "dashboards").glob("*.json"))
+        }
+    return {
+        "bundle": str(bundle),
+        "nodes": nodes,
+        "gpus": nodes * GPUS,
+        "raw_series": raw_series,
+        "recorded_series": int(float(recorded[0]["value"][1])) if recorded else 0,
+        "build_s": {"generate": round(generated - began, 1), "promtool": round(loaded - generated, 1)},
+        "data_age_at_start_s": round(data_age, 1),
+        "rule_groups_s": {k: round(v, 4) for k, v in groups.items()},
+        "rules_total_s": round(sum(groups.values()), 4),
+        "dashboards": dashboards,
+    }
+
+
+def project(small: Mapping[str, Any], large: Mapping[str, Any], key: str, at: int) -> float:
+    """Linear in the number of nodes through the two measured points."""
+    slope = (float(large[key]) - float(small[key])) / (large["nodes"] - small["nodes"])
+    return float(large[key]) + slope * (at - large["nodes"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--clusters", type=int, default=4)
+    parser.add_argument("--scrape", type=float, default=15.0, help="seconds between samples")
+    parser.add_argument("--minutes", type=float, default=14.0, help="history written per series")
+    parser.add_argument(
+        "--ahead",
+        type=float,
+        default=1.0,
+        help="minutes from the start to the end of the data (>= build time)",
+    )
+    parser.add_argument("--interval", type=float, default=15.0, help="rule evaluation interval (s)")
+    parser.add_argument("--evaluations", type=int, default=3)
+    parser.add_argument("--keep", type=Path, help="keep the TSDBs under this directory")
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        nargs="+",
+        default=[REPO],
+        help="checkouts whose rules/ and dashboards/ to measure, each on its own copy of the fleet",
+    )
+    args = parser.parse_args()
+    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+        print("fleet_scale: prometheus and promtool must be on PATH.", file=sys.stderr)
+        return 1
+    runs: dict[str, list[dict[str, Any]]] = {str(bundle): [] for bundle in args.bundle}
+    for nodes in sorted(args.nodes):
+        for index, bundle in enumerate(args.bundle):
+            if args.keep:
+                workdir = args.keep / f"fleet-{nodes}-{index}"
+                workdir.mkdir(parents=True, exist_ok=True)
+                result = measure(nodes, args, workdir, bundle)
+            else:
+                with tempfile.TemporaryDirectory(prefix=f"fleet-{nodes}-") as tmp:
+                    result = measure(nodes, args, Path(tmp), bundle)
+            runs[str(bundle)].append(result)
+            print(json.dumps(result), file=sys.stderr, flush=True)
+    report: dict[str, Any] = {"runs": runs, "summary": {b: summary(r) for b, r in runs.items()}}
+    if len(args.bundle) == 2:
+        first, second = (runs[str(b)] for b in args.bundle)
+        report["first_bundle_over_second"] = [
+            {
+                "nodes": a["nodes"],
+                "rules_total": round(a["rules_total_s"] / max(b["rules_total_s"], 1e-9), 3),
+                **{
+                    f"{name} prometheus_exec": round(
+                        d["prometheus_exec_s"]
+                        / max(b["dashboards"].get(name, {}).get("prometheus_exec_s", 0), 1e-9),
+                        3,
+                    )
+                    for name, d in a["dashboards"].items()
+                    if name in b["dashboards"]
+                },
+            }
+            for a, b in zip(first, second, strict=True)
+        ]
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Growth from the smallest to the largest fleet, the 10,000-node projection and the targets."""
+    if len(results) < 2:
+        return {}
+    small, large = results[0], results[-1]
+    out: dict[str, Any] = {
+        "nodes_ratio": large["nodes"] / small["nodes"],
+        "rules_total_ratio": round(large["rules_total_s"] / max(small["rules_total_s"], 1e-9), 2),
+        "dashboard_samples_ratio": {
+            name: round(d["samples_read"] / max(small["dashboards"][name]["samples_read"], 1), 2)
+            for name, d in large["dashboards"].items()
+        },
+    }
+    rules_10k = project(small, large, "rules_total_s", 10_000)
+    out["projected_rules_total_s_at_10000"] = round(rules_10k, 3)
+    if large["nodes"] == 1000:
+        worst = max(d["prometheus_exec_s"] for d in large["dashboards"].values())
+        out["targets"] = {
+            "rules_at_1000": f"{large['rules_total_s']} s (target < {TARGETS['rules_at_1000_s']} s)",
+            "rules_at_10000": f"{rules_10k:.2f} s projected (target < {TARGETS['rules_at_10000_s']} s)",
+            "slowest_dashboard_at_1000": (
+                f"{worst} s in Prometheus (target < {TARGETS['dashboard_at_1000_s']} s)"
+            ),
+            "met": large["rules_total_s"] < TARGETS["rules_at_1000_s"]
+            and rules_10k < TARGETS["rules_at_10000_s"]
+            and worst < TARGETS["dashboard_at_1000_s"],
+        }
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
