@@ -250,6 +250,21 @@ def group_durations(base: str, evaluations: int, interval: float) -> dict[str, f
     return {name: statistics.median(times[1:] or times) for name, times in seen.items()}
 
 
+def rule_samples(base: str) -> dict[str, int]:
+    """Per group, the samples its rules read in one evaluation (each rule's expression run once as an
+    instant query with stats): a cost measure free of the timing noise of a shared machine."""
+    samples: dict[str, int] = {}
+    for group in httpx.get(f"{base}/api/v1/rules", timeout=30).json()["data"]["groups"]:
+        total = 0
+        for rule in group["rules"]:
+            body = httpx.get(
+                f"{base}/api/v1/query", params={"query": rule["query"], "stats": "all"}, timeout=120
+            ).json()
+            total += body["data"]["stats"]["samples"]["totalQueryableSamples"]
+        samples[group["name"]] = total
+    return samples
+
+
 def grafana_step(width: int) -> int:
     """The step Grafana picks for a 6 h range: range / panel width in px, at least the 15 s scrape
     interval, rounded as Grafana rounds intervals (to 15 s, 20 s, 30 s, 1 m...)."""
@@ -351,7 +366,8 @@ def dashboard_time(base: str, model: Mapping[str, Any]) -> dict[str, Any]:
 def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -> dict[str, Any]:
     promtool = shutil.which("promtool") or "promtool"
     began = time.monotonic()
-    end = time.time() + args.ahead * 60
+    ahead = args.ahead * 60 if args.ahead is not None else 20 + 0.15 * nodes
+    end = time.time() + ahead
     om = workdir / "fleet.om"
     raw_series = write_fleet(om, nodes, args.clusters, args.scrape, args.minutes, end)
     generated = time.monotonic()
@@ -368,6 +384,7 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
     data_age = time.time() - end
     with prometheus(workdir, data, args.interval, bundle) as base:
         groups = group_durations(base, args.evaluations, args.interval)
+        group_samples = rule_samples(base)
         recorded = instant(base, 'count({__name__=~".+:.+:.+"})')
         dashboards = {
             path.name: dashboard_time(base, json.loads(path.read_text()))
@@ -383,6 +400,8 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
         "data_age_at_start_s": round(data_age, 1),
         "rule_groups_s": {k: round(v, 4) for k, v in groups.items()},
         "rules_total_s": round(sum(groups.values()), 4),
+        "rule_groups_samples": group_samples,
+        "rules_total_samples": sum(group_samples.values()),
         "dashboards": dashboards,
     }
 
@@ -402,8 +421,8 @@ def main() -> int:
     parser.add_argument(
         "--ahead",
         type=float,
-        default=1.0,
-        help="minutes from the start to the end of the data (>= build time)",
+        help="minutes from the start to the end of the data, at least the build time"
+        " (default: 20 s + 0.15 s per node)",
     )
     parser.add_argument("--interval", type=float, default=15.0, help="rule evaluation interval (s)")
     parser.add_argument("--evaluations", type=int, default=3)
@@ -438,6 +457,7 @@ def main() -> int:
             {
                 "nodes": a["nodes"],
                 "rules_total": round(a["rules_total_s"] / max(b["rules_total_s"], 1e-9), 3),
+                "rules_samples": round(a["rules_total_samples"] / max(b["rules_total_samples"], 1), 3),
                 **{
                     f"{name} prometheus_exec": round(
                         d["prometheus_exec_s"]
@@ -462,6 +482,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nodes_ratio": large["nodes"] / small["nodes"],
         "rules_total_ratio": round(large["rules_total_s"] / max(small["rules_total_s"], 1e-9), 2),
+        "rules_samples_ratio": round(large["rules_total_samples"] / max(small["rules_total_samples"], 1), 2),
         "dashboard_samples_ratio": {
             name: round(d["samples_read"] / max(small["dashboards"][name]["samples_read"], 1), 2)
             for name, d in large["dashboards"].items()

@@ -178,11 +178,6 @@ def _gpu_layer(t: Thresholds) -> list[dict[str, str]]:
     return rules
 
 
-def _per_gpu_of_node(expr: str, cluster: str) -> str:
-    """One value per GPU of a node: pod churn leaves a GPU two series for a window; max keeps one."""
-    return f"max by ({cluster}, hostname, uuid) ({expr})"
-
-
 def _counts(level: Level, t: Thresholds) -> list[dict[str, str]]:
     w = t.window
     labels = by(level_labels(level, t.cluster_label))
@@ -192,16 +187,15 @@ def _counts(level: Level, t: Thresholds) -> list[dict[str, str]]:
         names = [count_name(level, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(level)]
         sources = [count_name(below, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(below)]
         return [_record(name, f"sum {labels}({source})") for name, source in zip(names, sources, strict=True)]
-    c = t.cluster_label
-    rules = [_record(count_name(level, None, w), f"count {labels}({_per_gpu_of_node('gpu_info', c)})")]
+    # Each GPU once however often it is scraped (gpu_info keeps instance and job).
+    gpus = f"group by ({t.cluster_label}, hostname, uuid) (gpu_info)"
+    rules = [_record(count_name(level, None, w), f"count {labels}({gpus})")]
+    # The per-GPU series are one per GPU except for a window after the GPU changes owner, when the
+    # previous owner's series lingers: docs/monitoring.md says how that shows in these counts.
     for state, condition in state_conditions(t).items():
-        rules.append(_record(count_name(level, state, w), f"sum {labels}({_per_gpu_of_node(condition, c)})"))
-    rules.append(
-        _record(
-            unprofiled_name(level),
-            f"sum {labels}({_per_gpu_of_node('gpu_profiling_available == bool 0', c)})",
-        )
-    )
+        rules.append(_record(count_name(level, state, w), f"sum {labels}({condition})"))
+    unprofiled = f"max by ({t.cluster_label}, hostname, uuid) (gpu_profiling_available == bool 0)"
+    rules.append(_record(unprofiled_name(level), f"sum {labels}({unprofiled})"))
     return rules
 
 
