@@ -63,9 +63,12 @@ def _render(values_json: str, release: str) -> Rendered:
 
 
 def render(values: dict[str, Any] | Path | None = None, release: str = RELEASE) -> Rendered:
-    """Render like `helm template RELEASE helm/smlens -n monitoring -f VALUES`; schema errors raise
-    helm_python.HelmValuesError, template failures helm_python.HelmRenderError."""
+    """Render like `helm template RELEASE helm/smlens -n monitoring -f VALUES --set monitoringCRDs=always`
+    (an offline render sees no monitoring.coreos.com/v1, as GitOps tools do; values may set
+    monitoringCRDs themselves); schema errors raise helm_python.HelmValuesError, template failures
+    helm_python.HelmRenderError."""
     if isinstance(values, Path):
         values = yaml.safe_load(values.read_text())
-    rendered = _render(json.dumps(values or {}, sort_keys=True), release)
+    values = {"monitoringCRDs": "always", **(values or {})}
+    rendered = _render(json.dumps(values, sort_keys=True), release)
     return copy.deepcopy(rendered)

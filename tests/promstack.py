@@ -118,10 +118,13 @@ def prometheus(
 
 
 @contextmanager
-def alertmanager_with_webhook(workdir: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def alertmanager_with_webhook(
+    workdir: Path, routes: list[dict[str, Any]] | None = None
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """An Alertmanager that sends every notification at once to a webhook in this process.
 
-    Yields the Alertmanager's host:port and the list the webhook appends each received payload to.
+    ``routes`` go under the top route (whose receiver they inherit). Yields the Alertmanager's
+    host:port and the list the webhook appends each received payload to.
     """
     binary = require_any(*ALERTMANAGER_NAMES)
     received: list[dict[str, Any]] = []
@@ -147,6 +150,7 @@ def alertmanager_with_webhook(workdir: Path) -> Iterator[tuple[str, list[dict[st
             "group_wait": "0s",
             "group_interval": "1s",
             "repeat_interval": "1h",
+            **({"routes": routes} if routes else {}),
         },
         "receivers": [
             {

@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO, require_tool
 from helm_support import CHART_DIR, Rendered, helm_sync, render
 from smlens import thresholds
-from smlens.bundle import dashboards, rules
+from smlens.bundle import alertmanager, dashboards, rules
 
 # Values as a user would set them: a ratio as --set gives it (a string), a whole number, a zero.
 OVERRIDES: dict[str, Any] = {
@@ -30,6 +30,7 @@ OVERRIDES: dict[str, Any] = {
     "window": "5m",
     "hollow_for": "30m",
     "runbook_base_url": "https://wiki.example.com/gpu/runbooks",
+    "cluster_label": "k8s_cluster",
 }
 
 
@@ -44,6 +45,12 @@ def dashboard_configmaps(rendered: Rendered, label: str = "grafana_dashboard") -
 
 def chart_dashboards(rendered: Rendered) -> dict[str, str]:
     return {name: text for cm in dashboard_configmaps(rendered) for name, text in cm["data"].items()}
+
+
+def chart_route(rendered: Rendered) -> str:
+    (configmap,) = [cm for cm in rendered.of_kind("ConfigMap") if cm["metadata"]["name"].endswith("-route")]
+    text: str = configmap["data"][alertmanager.ROUTE_FILE]
+    return text
 
 
 def groups_of(files: dict[str, str]) -> list[dict[str, Any]]:
@@ -86,6 +93,13 @@ def test_overrides_give_what_the_generators_give() -> None:
     generated = dashboards.dashboard_files(expected)
     assert chart_dashboards(rendered) == {name: text.rstrip("\n") for name, text in generated.items()}
     assert "ratio_rate5m" in json.dumps(chart_rule_groups(rendered))  # the window reaches record names
+    route = alertmanager.route_files(expected)[alertmanager.ROUTE_FILE]
+    assert chart_route(rendered) == route.rstrip("\n") and "k8s_cluster" in route
+
+
+def test_default_route_is_exactly_alertmanager_dir() -> None:
+    committed = (REPO / "alertmanager" / alertmanager.ROUTE_FILE).read_text()
+    assert chart_route(render()) == committed.rstrip("\n")
 
 
 def _alert_expr(rendered: Rendered, name: str) -> str:
@@ -128,7 +142,7 @@ def test_promtool_would_catch_a_broken_rule(tmp_path: Path) -> None:
 
 
 def test_dashboard_configmaps_carry_the_sidecar_label() -> None:
-    configmaps = render().of_kind("ConfigMap")
+    configmaps = dashboard_configmaps(render())
     assert len(configmaps) == len(list((REPO / "dashboards").glob("*.json")))
     for configmap in configmaps:
         assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -136,6 +150,6 @@ def test_dashboard_configmaps_carry_the_sidecar_label() -> None:
         assert json.loads(text)["panels"]
     relabelled = render({"dashboards": {"label": "dashboards.example.com/load", "labelValue": "yes"}})
     assert len(dashboard_configmaps(relabelled, "dashboards.example.com/load")) == len(configmaps)
-    for configmap in relabelled.of_kind("ConfigMap"):
+    for configmap in dashboard_configmaps(relabelled, "dashboards.example.com/load"):
         assert configmap["metadata"]["labels"]["dashboards.example.com/load"] == "yes"
         assert "grafana_dashboard" not in configmap["metadata"]["labels"]

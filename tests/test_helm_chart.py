@@ -136,8 +136,18 @@ def test_schema_knows_exactly_the_shipped_thresholds() -> None:
             {"podMonitor": {"enabled": True}},
             "serviceMonitor.enabled and podMonitor.enabled are both true",
         ),
-        ({"podResources": {"enabled": True}}, "podResources.enabled needs the container to run as uid 0"),
-        ({"dcgm": {"embedded": True}}, "dcgm.embedded needs the container to run as uid 0"),
+        (
+            {"securityContext": {"runAsUser": 1000}},
+            "podResources.enabled needs the container to run as uid 0",
+        ),
+        (
+            {
+                "podResources": {"enabled": False},
+                "dcgm": {"embedded": True},
+                "securityContext": {"runAsUser": 1},
+            },
+            "dcgm.embedded needs the container to run as uid 0",
+        ),
         (
             {"webConfig": {"enabled": True}},
             "webConfig.enabled needs webConfig.config, webConfig.tlsSecret or",
@@ -166,18 +176,52 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def test_default_daemonset_runs_unprivileged_on_gpu_nodes() -> None:
+def test_default_daemonset_has_pod_labels_with_least_privilege() -> None:
+    """One switch (podResources.enabled, on by default): uid 0 for the kubelet's root-owned socket,
+    and nothing more: every capability dropped, read-only root filesystem, no privilege escalation."""
     rendered = render()
     pod = rendered.one("DaemonSet")["spec"]["template"]["spec"]
     container = rendered.container
     security = container["securityContext"]
-    assert security["runAsNonRoot"] is True and security["runAsUser"] == 65532
+    assert security["runAsUser"] == 0 and security["runAsNonRoot"] is False
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in security
     assert pod["hostPID"] is False
     assert pod["automountServiceAccountToken"] is False
+    (host_path,) = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
+    assert host_path["path"] == "/var/lib/kubelet/pod-resources"
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == host_path["path"])
+    assert mount["readOnly"] is True
+
+
+def test_strict_non_root_mode_gives_up_pod_labels() -> None:
+    rendered = render({"podResources": {"enabled": False}})
+    pod = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    security = rendered.container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 65532
+    assert security["runAsGroup"] == 65532
+    assert security["capabilities"] == {"drop": ["ALL"]}
     assert not [v for v in pod["volumes"] if "hostPath" in v]
+    assert "Workload labels" in rendered.notes and "strict non-root mode" in rendered.notes
+
+
+def test_monitoring_objects_render_only_where_the_crds_are_served() -> None:
+    """An offline render sees no monitoring.coreos.com/v1: auto leaves the objects out and says so;
+    always renders them (helm template, GitOps); never leaves them out."""
+    kinds = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+    auto = render({"monitoringCRDs": "auto"})
+    assert not [o for o in auto.objects if o["kind"] in kinds]
+    assert "were NOT rendered" in auto.notes and "monitoringCRDs=always" in auto.notes
+    assert {o["kind"] for o in render().objects} >= {"ServiceMonitor", "PrometheusRule"}
+    assert not [o for o in render({"monitoringCRDs": "never"}).objects if o["kind"] in kinds]
+
+
+def test_default_daemonset_runs_on_gpu_nodes_only() -> None:
+    rendered = render()
+    pod = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    container = rendered.container
     assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))  # never takes a GPU
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -239,7 +283,7 @@ def test_dcgm_variant_image_and_hostengine() -> None:
     }
     assert _env(container)["NODE_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     assert container["args"][-1] == "--energy-interval=30"
-    dashboards = rendered.of_kind("ConfigMap")
+    dashboards = [cm for cm in rendered.of_kind("ConfigMap") if "-dashboard-" in cm["metadata"]["name"]]
     assert dashboards
     for dashboard in dashboards:
         assert dashboard["metadata"]["namespace"] == "grafana"
@@ -324,7 +368,7 @@ def test_notes_tell_what_to_do_next() -> None:
     notes = render().notes
     assert "kubectl -n monitoring port-forward ds/smlens 10132" in notes
     assert "serviceMonitor.additionalLabels.release=" in notes
-    assert "podResources.enabled=true" in notes
+    assert "podResources.enabled=true" in render({"podResources": {"enabled": False}}).notes
     labelled = render(CHART_DIR / "ci" / "attribution-values.yaml").notes
     assert "additionalLabels.release" not in labelled
     assert "Workload labels" not in labelled

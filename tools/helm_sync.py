@@ -1,5 +1,5 @@
-"""Keep the Helm chart's version and its copies of smlens' thresholds, rules and dashboards in step with
-their sources.
+"""Keep the Helm chart's version and its copies of smlens' thresholds, rules, dashboards and Alertmanager
+routes in step with their sources.
 
     PYTHONPATH=exporter python tools/helm_sync.py          # rewrite the chart's copies
     PYTHONPATH=exporter python tools/helm_sync.py --check  # exit 1 naming every copy that differs
@@ -33,7 +33,7 @@ from typing import Any
 import tomllib
 
 from smlens import thresholds
-from smlens.bundle import dashboards, rules
+from smlens.bundle import alertmanager, dashboards, rules
 from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,11 @@ DIFFERENCE_PLACEHOLDER = "__SMLENS_THRESHOLD_{}_MINUS_{}_PERCENT__"
 TEXT_PATTERN = "^[^\\s\"'\\\\]+$"
 
 Generator = Callable[[Thresholds], dict[str, str]]
-GENERATED: Mapping[str, Generator] = {"rules": rules.rule_files, "dashboards": dashboards.dashboard_files}
+GENERATED: Mapping[str, Generator] = {
+    "rules": rules.rule_files,
+    "dashboards": dashboards.dashboard_files,
+    "alertmanager": alertmanager.route_files,
+}
 
 
 def _is_ratio(field: dataclasses.Field[Any]) -> bool:

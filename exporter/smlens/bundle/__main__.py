@@ -1,4 +1,7 @@
-"""``python -m smlens.bundle rules|dashboards --out DIR [--thresholds FILE]``: write the bundle's files."""
+"""Write the bundle's files.
+
+``python -m smlens.bundle rules|dashboards|alertmanager --out DIR [--thresholds FILE]``
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from smlens import thresholds
-from smlens.bundle import dashboards, rules
+from smlens.bundle import alertmanager, dashboards, rules
 from smlens.errors import SmlensError
 from smlens.thresholds import Thresholds
 
 GENERATORS: Mapping[str, Callable[[Thresholds], dict[str, str]]] = {
     "rules": rules.rule_files,
     "dashboards": dashboards.dashboard_files,
+    "alertmanager": alertmanager.route_files,
 }
 
 
@@ -29,7 +33,8 @@ def write(directory: Path, files: Mapping[str, str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m smlens.bundle", description="Write smlens' Prometheus rules or Grafana dashboards."
+        prog="python -m smlens.bundle",
+        description="Write smlens' Prometheus rules, Grafana dashboards or Alertmanager routes.",
     )
     parser.add_argument("what", choices=sorted(GENERATORS), help="which part of the bundle to write")
     parser.add_argument("--out", type=Path, required=True, help="directory to write the files into")

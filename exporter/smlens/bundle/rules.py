@@ -456,8 +456,8 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def dump(document: object) -> str:
-    return HEADER + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1_000_000, allow_unicode=True)
+def dump(document: object, header: str = HEADER) -> str:
+    return header + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1_000_000, allow_unicode=True)
 
 
 def rule_files(t: Thresholds) -> dict[str, str]:

@@ -129,11 +129,12 @@ neither land on GPU series nor clash with the workload's, and the node name is a
 {{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
 {{- fail "serviceMonitor.enabled and podMonitor.enabled are both true: enable one, or Prometheus scrapes every exporter twice and every sum doubles." }}
 {{- end }}
-{{- if and .Values.podResources.enabled (ne (toString .Values.securityContext.runAsUser) "0") }}
-{{- fail "podResources.enabled needs the container to run as uid 0 because the kubelet's socket is owned by root: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
+{{- $user := .Values.securityContext.runAsUser }}
+{{- if and .Values.podResources.enabled (hasKey .Values.securityContext "runAsUser") (ne (toString $user) "0") }}
+{{- fail "podResources.enabled needs the container to run as uid 0 because the kubelet's socket is owned by root: remove securityContext.runAsUser (the chart then picks uid 0), or set podResources.enabled=false for the strict non-root mode." }}
 {{- end }}
-{{- if and .Values.dcgm.embedded (ne (toString .Values.securityContext.runAsUser) "0") }}
-{{- fail "dcgm.embedded needs the container to run as uid 0 for DCGM profiling: also set securityContext.runAsUser=0 and securityContext.runAsNonRoot=false." }}
+{{- if and .Values.dcgm.embedded (hasKey .Values.securityContext "runAsUser") (ne (toString $user) "0") }}
+{{- fail "dcgm.embedded needs the container to run as uid 0 for DCGM profiling: remove securityContext.runAsUser (the chart then picks uid 0)." }}
 {{- end }}
 {{- $web := .Values.webConfig }}
 {{- if and $web.enabled (not $web.existingSecret) (not $web.config) (not $web.tlsSecret) }}
@@ -218,4 +219,40 @@ A probe from values, switched to HTTPS when the exporter serves TLS only.
 {{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
 {{- end }}
 {{- toYaml $probe }}
+{{- end }}
+
+{{/*
+The container's securityContext: .Values.securityContext, with the user the features need unless the
+values set one (uid 0 for the kubelet socket or embedded DCGM, else 65532 and runAsNonRoot).
+*/}}
+{{- define "smlens.securityContext" -}}
+{{- $context := deepCopy .Values.securityContext }}
+{{- $root := or .Values.podResources.enabled .Values.dcgm.embedded }}
+{{- if not (hasKey $context "runAsUser") }}
+{{- $_ := set $context "runAsUser" (ternary 0 65532 $root) }}
+{{- end }}
+{{- if not (hasKey $context "runAsGroup") }}
+{{- $_ := set $context "runAsGroup" (ternary 0 65532 $root) }}
+{{- end }}
+{{- if not (hasKey $context "runAsNonRoot") }}
+{{- $_ := set $context "runAsNonRoot" (ne (toString $context.runAsUser) "0") }}
+{{- end }}
+{{- if .Values.profile.enabled }}
+{{- $capabilities := deepCopy (default dict $context.capabilities) }}
+{{- $_ := set $capabilities "add" (append (default list $capabilities.add) "SYS_ADMIN" | uniq) }}
+{{- $_ := set $context "capabilities" $capabilities }}
+{{- end }}
+{{- if .Values.privileged }}
+{{- $_ := set $context "privileged" true }}
+{{- $_ := unset $context "allowPrivilegeEscalation" }}
+{{- $_ := unset $context "capabilities" }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{/*
+"true" where ServiceMonitor, PodMonitor and PrometheusRule render (see monitoringCRDs in values.yaml).
+*/}}
+{{- define "smlens.monitoringCRDs" -}}
+{{- if or (eq .Values.monitoringCRDs "always") (and (eq .Values.monitoringCRDs "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}true{{- end }}
 {{- end }}

@@ -1,0 +1,76 @@
+"""The shipped Alertmanager route (alertmanager/) in a real Alertmanager: one notification per
+workload for alerts that name a pod, one per node for the others."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from conftest import REPO
+from promstack import alertmanager_with_webhook, wait_for
+from smlens import thresholds
+from smlens.bundle import alertmanager
+
+ROUTE_FILE = REPO / "alertmanager" / alertmanager.ROUTE_FILE
+
+
+def test_committed_route_is_what_the_generator_writes() -> None:
+    generated = alertmanager.route_files(thresholds.load())[alertmanager.ROUTE_FILE]
+    assert ROUTE_FILE.read_text() == generated, (
+        "alertmanager/ is stale: run"
+        " `PYTHONPATH=exporter python -m smlens.bundle alertmanager --out alertmanager`"
+    )
+
+
+def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
+    return {
+        "labels": {"alertname": name, "severity": severity, "cluster": "prod", **labels},
+        "annotations": {"summary": name},
+    }
+
+
+def _gpu(node: str, index: int) -> dict[str, str]:
+    return {"hostname": node, "gpu": str(index), "uuid": f"GPU-{node}-{index}"}
+
+
+def _notifications(workdir: Path, routes: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The notifications a real Alertmanager sends for 8 hollow GPUs of one pod, one of another pod
+    and 2 unreadable GPUs of a node without workloads."""
+    job = {"namespace": "ml", "pod": "train-0", "container": "main"}
+    alerts = [_alert("GPUBusyButSMUnderused", "warning", **_gpu("node-a", i), **job) for i in range(8)]
+    alerts.append(
+        _alert("GPUBusyButSMUnderused", "warning", **_gpu("node-b", 0), namespace="ml", pod="infer-1")
+    )
+    alerts += [_alert("GPUNotReadable", "warning", **_gpu("node-c", i)) for i in range(2)]
+    with alertmanager_with_webhook(workdir, routes) as (address, received):
+        httpx.post(f"http://{address}/api/v2/alerts", json=alerts, timeout=10).raise_for_status()
+        wait_for("notifications of all alerts", lambda: sum(len(p["alerts"]) for p in received) >= 11)
+        time.sleep(3)  # three more group intervals without a change: nothing more may arrive
+    return received
+
+
+def test_eight_hollow_gpus_of_one_pod_give_one_notification(tmp_path: Path) -> None:
+    # The shipped routes with a test's timing: what is grouped together is unchanged.
+    routes = yaml.safe_load(ROUTE_FILE.read_text())["routes"]
+    for route in routes:
+        route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    received = _notifications(tmp_path, routes)
+    groups = {
+        tuple(sorted(payload["groupLabels"].items())): sorted(a["labels"]["gpu"] for a in payload["alerts"])
+        for payload in received
+    }
+    assert len(received) == 3, [p["groupLabels"] for p in received]
+    assert groups == {
+        (("cluster", "prod"), ("namespace", "ml"), ("pod", "train-0")): [str(i) for i in range(8)],
+        (("cluster", "prod"), ("namespace", "ml"), ("pod", "infer-1")): ["0"],
+        (("cluster", "prod"), ("hostname", "node-c")): ["0", "1"],
+    }
+
+
+def test_without_the_route_each_gpu_pages_alone(tmp_path: Path) -> None:
+    """The negative case: grouped per GPU (the test stack's default route), the same alerts page 11 times."""
+    assert len(_notifications(tmp_path, None)) == 11
