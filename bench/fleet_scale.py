@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -194,7 +195,7 @@ def write_fleet(path: Path, nodes: int, clusters: int, scrape: float, minutes: f
 
 
 @contextmanager
-def prometheus(workdir: Path, data: Path, interval: float, bundle: Path) -> Iterator[str]:
+def prometheus(workdir: Path, data: Path, interval: float, bundle: Path) -> Iterator[tuple[str, int]]:
     rules = sorted(str(p) for p in (bundle / "rules").glob("*.rules.yaml"))
     config = {"global": {"evaluation_interval": f"{interval:g}s"}, "rule_files": rules}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -215,7 +216,7 @@ def prometheus(workdir: Path, data: Path, interval: float, bundle: Path) -> Iter
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(f"{base}/-/ready", process, timeout=600)
-        yield base
+        yield base, process.pid
     finally:
         process.terminate()
         process.wait(60)
@@ -230,10 +231,20 @@ def instant(base: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
-def group_durations(base: str, evaluations: int, interval: float) -> dict[str, float]:
-    """Median over ``evaluations`` evaluations of each group's evaluation time, in seconds."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used: unlike wall time, it does not grow when other
+    processes compete for the cores."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_durations(base: str, pid: int, evaluations: int, interval: float) -> tuple[dict[str, float], float]:
+    """Median over ``evaluations`` evaluations of each group's evaluation time, in seconds, and
+    Prometheus' CPU seconds per evaluation cycle over them (it does nothing else meanwhile)."""
     seen: dict[str, list[float]] = {}
     last: dict[str, str] = {}
+    cpu_start: float | None = None
+    cycles_start = 0
     deadline = time.monotonic() + evaluations * interval * 4 + 120
     while time.monotonic() < deadline:
         groups = httpx.get(f"{base}/api/v1/rules", timeout=30).json()["data"]["groups"]
@@ -243,11 +254,15 @@ def group_durations(base: str, evaluations: int, interval: float) -> dict[str, f
                 continue
             last[group["name"]] = stamp
             seen.setdefault(group["name"], []).append(group["evaluationTime"])
-        if seen and all(len(v) > evaluations for v in seen.values()) and len(seen) == len(groups):
+        evaluated = min((len(v) for v in seen.values()), default=0) if len(seen) == len(groups) else 0
+        if cpu_start is None and evaluated >= 1:
+            cpu_start, cycles_start = cpu_seconds(pid), evaluated
+        if evaluated > evaluations:
             break
         time.sleep(interval / 3)
+    cpu = (cpu_seconds(pid) - cpu_start) / max(evaluated - cycles_start, 1) if cpu_start is not None else 0.0
     # The first evaluation after start pays for loading the blocks' index: left out.
-    return {name: statistics.median(times[1:] or times) for name, times in seen.items()}
+    return {name: statistics.median(times[1:] or times) for name, times in seen.items()}, cpu
 
 
 def rule_samples(base: str) -> dict[str, int]:
@@ -306,7 +321,8 @@ def default_values(base: str, model: Mapping[str, Any]) -> dict[str, str]:
     return values
 
 
-def dashboard_time(base: str, model: Mapping[str, Any]) -> dict[str, Any]:
+def dashboard_time(base: str, pid: int, model: Mapping[str, Any]) -> dict[str, Any]:
+    cpu_start = cpu_seconds(pid)
     values = default_values(base, model)
     now = time.time()
     total = 0.0
@@ -355,6 +371,7 @@ def dashboard_time(base: str, model: Mapping[str, Any]) -> dict[str, Any]:
         "queries": queries,
         "total_s": round(total, 3),
         "prometheus_exec_s": round(inside, 3),
+        "prometheus_cpu_s": round(cpu_seconds(pid) - cpu_start, 3),
         "samples_read": samples,
         "slowest_panel": slowest[0],
         "slowest_s": round(slowest[1], 3),
@@ -382,12 +399,12 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
     loaded = time.monotonic()
     time.sleep(max(0.0, end + 1 - time.time()))
     data_age = time.time() - end
-    with prometheus(workdir, data, args.interval, bundle) as base:
-        groups = group_durations(base, args.evaluations, args.interval)
+    with prometheus(workdir, data, args.interval, bundle) as (base, pid):
+        groups, rules_cpu = group_durations(base, pid, args.evaluations, args.interval)
         group_samples = rule_samples(base)
         recorded = instant(base, 'count({__name__=~".+:.+:.+"})')
         dashboards = {
-            path.name: dashboard_time(base, json.loads(path.read_text()))
+            path.name: dashboard_time(base, pid, json.loads(path.read_text()))
             for path in sorted((bundle / "dashboards").glob("*.json"))
         }
     return {
@@ -400,6 +417,7 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
         "data_age_at_start_s": round(data_age, 1),
         "rule_groups_s": {k: round(v, 4) for k, v in groups.items()},
         "rules_total_s": round(sum(groups.values()), 4),
+        "rules_cpu_s_per_cycle": round(rules_cpu, 4),
         "rule_groups_samples": group_samples,
         "rules_total_samples": sum(group_samples.values()),
         "dashboards": dashboards,
@@ -457,6 +475,7 @@ def main() -> int:
             {
                 "nodes": a["nodes"],
                 "rules_total": round(a["rules_total_s"] / max(b["rules_total_s"], 1e-9), 3),
+                "rules_cpu": round(a["rules_cpu_s_per_cycle"] / max(b["rules_cpu_s_per_cycle"], 1e-9), 3),
                 "rules_samples": round(a["rules_total_samples"] / max(b["rules_total_samples"], 1), 3),
                 **{
                     f"{name} prometheus_exec": round(
@@ -482,6 +501,9 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nodes_ratio": large["nodes"] / small["nodes"],
         "rules_total_ratio": round(large["rules_total_s"] / max(small["rules_total_s"], 1e-9), 2),
+        "rules_cpu_ratio": round(
+            large["rules_cpu_s_per_cycle"] / max(small["rules_cpu_s_per_cycle"], 1e-9), 2
+        ),
         "rules_samples_ratio": round(large["rules_total_samples"] / max(small["rules_total_samples"], 1), 2),
         "dashboard_samples_ratio": {
             name: round(d["samples_read"] / max(small["dashboards"][name]["samples_read"], 1), 2)
@@ -489,12 +511,16 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         },
     }
     rules_10k = project(small, large, "rules_total_s", 10_000)
+    cpu_10k = project(small, large, "rules_cpu_s_per_cycle", 10_000)
     out["projected_rules_total_s_at_10000"] = round(rules_10k, 3)
+    out["projected_rules_cpu_s_per_cycle_at_10000"] = round(cpu_10k, 3)
     if large["nodes"] == 1000:
         worst = max(d["prometheus_exec_s"] for d in large["dashboards"].values())
         out["targets"] = {
-            "rules_at_1000": f"{large['rules_total_s']} s (target < {TARGETS['rules_at_1000_s']} s)",
-            "rules_at_10000": f"{rules_10k:.2f} s projected (target < {TARGETS['rules_at_10000_s']} s)",
+            "rules_at_1000": f"{large['rules_total_s']} s wall, {large['rules_cpu_s_per_cycle']} CPU-s"
+            f" (target < {TARGETS['rules_at_1000_s']} s)",
+            "rules_at_10000": f"{rules_10k:.2f} s wall, {cpu_10k:.2f} CPU-s projected"
+            f" (target < {TARGETS['rules_at_10000_s']} s)",
             "slowest_dashboard_at_1000": (
                 f"{worst} s in Prometheus (target < {TARGETS['dashboard_at_1000_s']} s)"
             ),

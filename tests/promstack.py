@@ -83,16 +83,23 @@ class _Process:
 
 @contextmanager
 def prometheus(
-    workdir: Path, targets: Mapping[str, str], rule_files: list[Path], alertmanager: str | None = None
+    workdir: Path,
+    targets: Mapping[str, str],
+    rule_files: list[Path],
+    alertmanager: str | None = None,
+    target_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[str]:
-    """A Prometheus scraping ``targets`` (job name to host:port) and evaluating rules every second."""
+    """A Prometheus scraping ``targets`` (job name to host:port) and evaluating rules every second;
+    ``target_labels`` (job name to labels) adds labels to a job's target, as a scrape's relabelling does."""
     binary = require_any("prometheus")
     port = free_port()
+    labels = target_labels or {}
     config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()
+            {"job_name": job, "static_configs": [{"targets": [target], "labels": dict(labels.get(job, {}))}]}
+            for job, target in targets.items()
         ],
     }
     if alertmanager is not None:

@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO, require_tool
 from helm_support import CHART_DIR, Rendered, helm_sync, render
 from smlens import thresholds
-from smlens.bundle import alertmanager, dashboards, rules
+from smlens.bundle import alertmanager, dashboards, files
 
 # Values as a user would set them: a ratio as --set gives it (a string), a whole number, a zero.
 OVERRIDES: dict[str, Any] = {
@@ -89,7 +89,7 @@ def test_overrides_give_what_the_generators_give() -> None:
     as_numbers = {k: float(v) if k == "hollow_sm_active" else v for k, v in OVERRIDES.items()}
     expected = thresholds.load().with_overrides(as_numbers, "test overrides")
     rendered = render({"thresholds": OVERRIDES})
-    assert chart_rule_groups(rendered) == groups_of(rules.rule_files(expected))
+    assert chart_rule_groups(rendered) == groups_of(files.rule_files(expected))
     generated = dashboards.dashboard_files(expected)
     assert chart_dashboards(rendered) == {name: text.rstrip("\n") for name, text in generated.items()}
     assert "ratio_rate5m" in json.dumps(chart_rule_groups(rendered))  # the window reaches record names

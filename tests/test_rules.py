@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO, require_tool
 from smlens import thresholds
-from smlens.bundle import rules
+from smlens.bundle import files, rules
 
 RULES_DIR = REPO / "rules"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
@@ -45,7 +45,7 @@ def _records(t: thresholds.Thresholds) -> list[dict[str, Any]]:
 
 
 def test_committed_rule_files_are_what_the_generator_writes() -> None:
-    generated = rules.rule_files(thresholds.load())
+    generated = files.rule_files(thresholds.load())
     committed = {p.name: p.read_text() for p in RULES_DIR.glob("*.yaml")}
     assert committed == generated, (
         "rules/ is stale: run `PYTHONPATH=exporter python -m smlens.bundle rules --out rules`"
@@ -62,7 +62,7 @@ def test_promtool_accepts_the_committed_rules() -> None:
 def test_promtool_rule_unit_tests_pass() -> None:
     promtool = require_tool("promtool")
     suites = sorted(str(p) for p in (RULES_DIR / "tests").glob("*.test.yaml"))
-    assert len(suites) >= 4
+    assert len(suites) >= 5
     result = subprocess.run(
         [promtool, "test", "rules", *suites],
         capture_output=True,
@@ -145,7 +145,7 @@ def test_recorded_names_follow_level_metric_operations() -> None:
     for name in names:
         level, metric, operations = name.split(":")
         assert level in levels and metric.startswith("gpu"), name
-        assert re.fullmatch(r"(ratio_)?rate10m|count(10m)?", operations), name
+        assert re.fullmatch(r"(ratio_)?rate10m|count(10m)?|sum", operations), name
     for level in (rules.GPU, *rules.AGGREGATES):
         for mean in rules.MEANS:
             assert rules.mean_name(level, mean, t.window) in names

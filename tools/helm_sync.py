@@ -33,7 +33,7 @@ from typing import Any
 import tomllib
 
 from smlens import thresholds
-from smlens.bundle import alertmanager, dashboards, rules
+from smlens.bundle.files import GENERATORS
 from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,11 +50,7 @@ DIFFERENCE_PLACEHOLDER = "__SMLENS_THRESHOLD_{}_MINUS_{}_PERCENT__"
 TEXT_PATTERN = "^[^\\s\"'\\\\]+$"
 
 Generator = Callable[[Thresholds], dict[str, str]]
-GENERATED: Mapping[str, Generator] = {
-    "rules": rules.rule_files,
-    "dashboards": dashboards.dashboard_files,
-    "alertmanager": alertmanager.route_files,
-}
+GENERATED: Mapping[str, Generator] = GENERATORS
 
 
 def _is_ratio(field: dataclasses.Field[Any]) -> bool:

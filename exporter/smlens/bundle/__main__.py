@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from smlens import thresholds
-from smlens.bundle import alertmanager, dashboards, rules
+from smlens.bundle.files import GENERATORS
 from smlens.errors import SmlensError
-from smlens.thresholds import Thresholds
-
-GENERATORS: Mapping[str, Callable[[Thresholds], dict[str, str]]] = {
-    "rules": rules.rule_files,
-    "dashboards": dashboards.dashboard_files,
-    "alertmanager": alertmanager.route_files,
-}
 
 
 def write(directory: Path, files: Mapping[str, str]) -> None:

@@ -33,6 +33,7 @@ from smlens.bundle.rules import (
     efficiency_name,
     hollow_name,
     mean_name,
+    pod_memory_name,
     sum_name,
     unprofiled_name,
 )
@@ -876,12 +877,7 @@ def workload(t: Thresholds) -> JSON:
                         "Framebuffer memory used on the GPUs each pod holds alone. Memory held while"
                         " utilization stays near 0 is an idle allocation (GPUAllocatedButIdle). With many"
                         f" pods selected, the {TOP_GPUS} largest at each step.",
-                        [
-                            Query(
-                                f"topk({TOP_GPUS}, sum by ({pods}) (gpu_memory_used_bytes{attributed}))",
-                                "{{namespace}}/{{pod}}",
-                            )
-                        ],
+                        [Query(f"topk({TOP_GPUS}, {pod_memory_name()}{sel})", "{{namespace}}/{{pod}}")],
                         unit="bytes",
                         options=SERIES_OPTIONS,
                         custom=LINES,

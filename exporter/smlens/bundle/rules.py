@@ -217,11 +217,24 @@ def _aggregate_layer(level: Level, t: Thresholds) -> list[dict[str, str]]:
     return rules
 
 
+def pod_memory_name() -> str:
+    """Framebuffer bytes used on the GPUs each pod holds alone (a gauge, so no window)."""
+    return f"{NAMESPACE_POD.name}:gpu_memory_used_bytes:sum"
+
+
+def _pod_memory(t: Thresholds) -> dict[str, str]:
+    labels = by(level_labels(NAMESPACE_POD, t.cluster_label))
+    gpus = f"{t.cluster_label}, hostname, uuid, namespace, pod"
+    per_gpu = f'max by ({gpus}) (gpu_memory_used_bytes{{pod!=""}})'
+    return _record(pod_memory_name(), f"sum {labels}({per_gpu})")
+
+
 def recording_rules(t: Thresholds) -> list[dict[str, str]]:
     """Layers, each summing the one below: GPU, node, namespace/pod, namespace, cluster, fleet."""
     rules = _gpu_layer(t)
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
+    rules.append(_pod_memory(t))
     return rules
 
 
