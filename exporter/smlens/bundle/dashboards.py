@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from smlens import names as n
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard, render
 from smlens.bundle.rules import (
     CLUSTER,
@@ -26,7 +27,6 @@ from smlens.bundle.rules import (
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
     UTILIZATION,
-    WORKLOAD_LABELS,
     Level,
     Mean,
     count_name,
@@ -147,7 +147,7 @@ class Exprs:
     def current_owner(self) -> str:
         """Keeps the per-GPU series of a GPU's current owner: after pod churn the window-mean series
         of the previous owner lingers for a window, and a table would show the GPU twice."""
-        labels = ", ".join((self.c, "hostname", "uuid", *WORKLOAD_LABELS))
+        labels = ", ".join((self.c, n.HOSTNAME, n.UUID, *n.OWNER_LABELS))
         return f"and on ({labels}) gpu_up"
 
     @staticmethod

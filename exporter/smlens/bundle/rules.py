@@ -38,7 +38,7 @@ class Level:
     ratio_selector: str = ""
 
 
-GPU = Level("gpu", GPU_LABELS, None)
+GPU = Level("gpu", GPU_LEVEL_LABELS, None)
 HOSTNAME = Level("hostname", ("hostname",), GPU)
 NAMESPACE_POD = Level("namespace_pod", ("namespace", "pod"), GPU, ratio_selector='{pod!=""}')
 NAMESPACE = Level("namespace", ("namespace",), NAMESPACE_POD, ratio_selector='{namespace!=""}')
@@ -266,7 +266,7 @@ def _alert(
 
 def _current_workload(cluster: str) -> str:
     """Right-hand side of a join that labels a per-GPU expression with the GPU's current workload."""
-    workload = ", ".join(WORKLOAD_LABELS)
+    workload = ", ".join(n.OWNER_LABELS)
     return (
         f"* on ({cluster}, hostname, uuid) group_left ({workload})\n"
         f"group by ({cluster}, hostname, uuid, {workload}) (gpu_up)"
@@ -282,7 +282,7 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
     reset (exporter restart on the same address); a series that appears on a new address counts when
     the GPU was monitored a window ago (the exporter restarted: its counts start at its start).
     """
-    workload = ", ".join(WORKLOAD_LABELS)
+    workload = ", ".join(n.OWNER_LABELS)
     per_target = f"sum without ({workload}) ({selector})"
     before = f"sum without ({workload}) ({selector} offset {window})"
     gpu_key = f"{cluster}, hostname, gpu, uuid, xid"
@@ -448,7 +448,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUClockSlowdown",
-            f"max by ({c}, {', '.join(GPU_LABELS)}, reason) ({slowdown}) == 1",
+            f"max by ({c}, {', '.join(GPU_LEVEL_LABELS)}, reason) ({slowdown}) == 1",
             t.thermal_slowdown_for,
             "warning",
             "GPU clocks are slowed down by heat or power",
