@@ -156,3 +156,51 @@ def test_substitute_knows_grafana_builtins_and_refuses_unknown_variables() -> No
     assert substitute("${a}", {"a": "1"}) == "1"
     with pytest.raises(KeyError):
         substitute("$b", {"a": "1"})
+
+
+def test_no_query_turns_missing_data_into_zero() -> None:
+    """Absent, never 0: no `or vector(...)`, no `or on() ...`-style fallbacks in any panel."""
+    for name, model in _committed().items():
+        for title, expr in panel_queries(model):
+            assert not re.search(r"\bor\s+vector\(", expr), f"{name} / {title}"
+            assert "absent(" not in expr, f"{name} / {title}"
+
+
+def test_every_panel_names_the_grafana_version_of_its_options() -> None:
+    """Grafana runs a panel's migration whenever pluginVersion differs from its own; the XY chart's
+    (grafana/grafana public/app/plugins/panel/xychart/migrations.ts) rewrites options when it is empty
+    or below 11.1, which would wrap our 11.1-form matchers again."""
+    for name, model in _committed().items():
+        for panel in model["panels"]:
+            if panel["type"] == "row":
+                continue
+            expected = grafana.PLUGIN_VERSIONS.get(panel["type"], grafana.PLUGIN_VERSION)
+            assert panel["pluginVersion"] == expected, f"{name} / {panel['title']}"
+            if panel["type"] == "xychart":
+                assert float(".".join(panel["pluginVersion"].split(".")[:2])) >= 11.1
+                assert panel["options"]["mapping"] == "auto" and "seriesMapping" not in panel["options"]
+                for series in panel["options"]["series"]:
+                    assert set(series["x"]["matcher"]) == {"id", "options"}
+
+
+def test_every_dashboard_has_the_cluster_variable_and_the_rules_strip() -> None:
+    for name, model in _committed().items():
+        cluster = _variables(model)["cluster"]
+        assert cluster["includeAll"] and cluster["allValue"] == ".*", name  # matches an empty label too
+        strips = [p for p in model["panels"] if p["type"] == "stat" and p["title"] == "Recording rules"]
+        assert len(strips) == 1 and strips[0]["gridPos"]["y"] <= 1, name
+        for title, expr in panel_queries(model):
+            if "gpu_info" in expr or "gpu:" in expr or "cluster:" in expr:
+                assert '$cluster"' in expr, f"{name} / {title}"
+
+
+def test_lists_of_gpus_and_pods_are_bounded() -> None:
+    """With All selected, panels that list GPUs or pods show the worst few, not thousands of rows."""
+    for name, model in _committed().items():
+        for panel in model["panels"]:
+            if panel["type"] not in ("table", "xychart", "bargauge") or name == "smlens-node.json":
+                continue
+            for target in panel["targets"]:
+                expr = target["expr"]
+                bounded = re.search(r"\b(topk|bottomk)\(\d+,", expr) or "namespace:" in expr
+                assert bounded, f"{name} / {panel['title']}: {expr}"
