@@ -81,5 +81,6 @@ def test_hollow_gpu_alert_reaches_the_webhook_and_the_healthy_gpu_stays_quiet(
         description = alert["annotations"]["description"]
         assert f"GPU 1 ({labels['uuid']}) on node {HOSTNAME}" in description
         assert f"workload {labels['namespace']}/{labels['pod']}" in description
-        assert "NVML utilization is 9" in description  # ~98 %, read from the recorded mean
+        # The thresholds in words (no query per alert in the template: it would cost every evaluation).
+        assert "NVML utilization is at least 80% but only" in description
         assert alert["annotations"]["runbook_url"].endswith("/docs/runbooks.md#gpubusybutsmunderused")

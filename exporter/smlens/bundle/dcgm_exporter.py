@@ -52,27 +52,18 @@ NUMERATORS = {
     TENSOR_ACTIVE.numerator: Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
     DRAM_ACTIVE.numerator: Field("DCGM_FI_PROF_DRAM_ACTIVE"),
 }
-# Coverage counters: one GPU-second per second wherever the field that defines them has samples.
-COVERAGE = {
-    UTILIZATION.denominator: NUMERATORS[UTILIZATION.numerator],
-    SM_ACTIVE.denominator: NUMERATORS[SM_ACTIVE.numerator],
-}
 
 
-def as_smlens(expr: str, t: Thresholds) -> str:
+def as_smlens(expr: str, t: Thresholds, only: str) -> str:
     """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and a
-    MIG instance's GPU_I_ID appended to gpu as "<gpu>/<GPU_I_ID>"; then one series per GPU, without
-    the GPUs smlens itself reports."""
+    MIG instance's GPU_I_ID appended to gpu as "<gpu>/<GPU_I_ID>"; one series per GPU, restricted by
+    ``only`` (a set operation on cluster, hostname and uuid)."""
     renamed = (
         f'label_replace(label_replace(label_replace(label_replace(label_join({expr}, "gpu", "/", "gpu",'
         f' "GPU_I_ID"), "gpu", "$1", "gpu", "(.+)/"), "uuid", "$1", "UUID", "(.+)"),'
         f' "hostname", "$1", "Hostname", "(.+)"), "hostname", "$1", "{NODE_LABEL}", "(.+)")'
     )
-    cluster = t.cluster_label
-    return (
-        f"max {by(level_labels(GPU, cluster))}(\n  {renamed}\n)\n"
-        f'unless on ({cluster}, hostname, uuid) gpu_up{{exporter!="{EXPORTER}"}}'
-    )
+    return f"max {by(level_labels(GPU, t.cluster_label))}(\n  {renamed}\n)\n{only}"
 
 
 def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[str, object]:
@@ -84,24 +75,32 @@ def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[
 
 def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
     w = t.window
+    c = t.cluster_label
+    utilization = NUMERATORS[UTILIZATION.numerator].name
+    covered = rate_name(UTILIZATION.denominator, w)
     # The exporter label tells these series from smlens' own of the same name, for people and for
     # promtool, which flags two rules recording the same name and labels.
     source = {"exporter": EXPORTER}
-    rules = []
+    # The first rule picks the GPUs to map: those smlens does not report. It alone reads smlens'
+    # gpu_up; the others keep to its GPUs, a set as small as the dcgm-exporter fleet.
+    smlens_gpus = f'unless on ({c}, hostname, uuid) gpu_up{{exporter!="{EXPORTER}"}}'
+    mapped_gpus = f'and on ({c}, hostname, uuid) {covered}{{exporter="{EXPORTER}"}}'
+    rules = [
+        _record(covered, as_smlens(f"count_over_time({utilization}[{w}]) * 0 + 1", t, smlens_gpus), source)
+    ]
     for counter, field in NUMERATORS.items():
         mean = f"avg_over_time({field.name}[{w}])"
         scaled = mean if field.scale == 1.0 else f"{mean} * {field.scale!r}"
-        rules.append(_record(rate_name(counter, w), as_smlens(scaled, t), source))
-    for counter, field in COVERAGE.items():
-        coverage = as_smlens(f"count_over_time({field.name}[{w}]) * 0 + 1", t)
-        rules.append(_record(rate_name(counter, w), coverage, source))
-    identity = as_smlens(f"{NUMERATORS[UTILIZATION.numerator].name} * 0 + 1", t)
+        rules.append(_record(rate_name(counter, w), as_smlens(scaled, t, mapped_gpus), source))
+    sm = NUMERATORS[SM_ACTIVE.numerator].name
+    profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped_gpus)
+    rules.append(_record(rate_name(SM_ACTIVE.denominator, w), profiled, source))
+    identity = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus)
     rules.append(_record("gpu_up", identity, source))
     rules.append(_record("gpu_info", identity, source))
-    sm = NUMERATORS[SM_ACTIVE.numerator].name
     # 1 where the profiling field is exported for the GPU, 0 where only utilization is.
-    profiled = f"({sm} * 0 + 1) or ({NUMERATORS[UTILIZATION.numerator].name} * 0)"
-    rules.append(_record("gpu_profiling_available", as_smlens(profiled, t), source))
+    available = as_smlens(f"({sm} * 0 + 1) or ({utilization} * 0)", t, mapped_gpus)
+    rules.append(_record("gpu_profiling_available", available, source))
     return rules
 
 
