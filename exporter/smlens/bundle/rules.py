@@ -309,6 +309,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
     xid_other = f'gpu_xid_errors_total{{xid!~"{hardware}"}}'
     slowdown = f"gpu_clock_event_active{{reason=~{quoted('|'.join(SLOWDOWN_REASONS))}}}"
     # Raw series lose instance and job: two scrape jobs on one exporter give one alert, not two.
+    # Conditions filter before aggregating, so the aggregations see the few matching series only.
     per_gpu = by(level_labels(GPU, c)).strip()
     gpu_key = f"{c}, hostname, uuid"
     return [
@@ -339,10 +340,8 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUAllocatedButIdle",
-            f"max {per_gpu} (gpu_allocation_info)\n"
-            f"* on ({gpu_key}) group_left ()\n"
-            f"max by ({gpu_key}) ({util})\n"
-            f"< {number(t.idle_utilization)}",
+            f"max {per_gpu} (\n  gpu_allocation_info\n  * on ({gpu_key}) group_left ()\n"
+            f"  max by ({gpu_key}) ({util} < {number(t.idle_utilization)})\n)",
             t.allocated_idle_for,
             "warning",
             "GPU held by a workload runs almost no kernels",
@@ -353,7 +352,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUProfilingMetricsUnavailable",
-            f"max {per_gpu} (gpu_profiling_available) == 0\nunless on ({gpu_key})\ngpu_up == 0",
+            f"max {per_gpu} (gpu_profiling_available == 0)\nunless on ({gpu_key})\ngpu_up == 0",
             t.profiling_unavailable_for,
             "warning",
             "SM activity and occupancy are unavailable for a GPU",
@@ -363,7 +362,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUNotReadable",
-            f"max {per_gpu} (gpu_up) == 0",
+            f"max {per_gpu} (gpu_up == 0)",
             t.exporter_down_for,
             "warning",
             "smlens cannot read a GPU",
@@ -437,7 +436,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             "GPUUncorrectableECCErrors",
             # Volatile counts come from the driver, not the exporter: keyed on the GPU they survive
             # exporter restarts as one alert, and end when a driver reload or GPU reset clears them.
-            f'(max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}}) > 0)\n'
+            f'max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}} > 0)\n'
             f"{_current_workload(c)}",
             t.hardware_error_for,
             "critical",
@@ -448,7 +447,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUClockSlowdown",
-            f"max by ({c}, {', '.join(GPU_LEVEL_LABELS)}, reason) ({slowdown}) == 1",
+            f"max by ({c}, {', '.join(GPU_LEVEL_LABELS)}, reason) ({slowdown} == 1)",
             t.thermal_slowdown_for,
             "warning",
             "GPU clocks are slowed down by heat or power",
