@@ -144,11 +144,11 @@ class Exprs:
         recording rules are not loaded), nothing where no smlens data is selected."""
         return f"group({count_name(level, None, self.w)}{selector})\nor\n(group(gpu_up{selector}) - 1)"
 
-    def current_owner(self) -> str:
+    def current_owner(self, selector: str) -> str:
         """Keeps the per-GPU series of a GPU's current owner: after pod churn the window-mean series
         of the previous owner lingers for a window, and a table would show the GPU twice."""
         labels = ", ".join((self.c, n.HOSTNAME, n.UUID, *n.OWNER_LABELS))
-        return f"and on ({labels}) gpu_up"
+        return f"and on ({labels}) gpu_up{selector}"
 
     @staticmethod
     def step_mean(mean: Mean, selector: str, by: str) -> str:
@@ -314,9 +314,9 @@ def fleet(t: Thresholds) -> JSON:
     gpu_sel = e.selector()
     top_hollow = (
         f"topk({TOP_GPUS}, {e.gap(gpu_sel)}\nand\n{hollow_name(GPU, t.window)}{gpu_sel} > 0)\n"
-        f"{e.current_owner()}"
+        f"{e.current_owner(gpu_sel)}"
     )
-    top_gap = f"topk({TOP_POINTS}, {e.gap(gpu_sel)})\n{e.current_owner()}"
+    top_gap = f"topk({TOP_POINTS}, {e.gap(gpu_sel)})\n{e.current_owner(gpu_sel)}"
     by_cluster = f"{{{{{t.cluster_label}}}}}"
     return dashboard(
         "smlens-fleet",
@@ -623,7 +623,7 @@ def node(t: Thresholds) -> JSON:
                         " and SM active first. Utilization of at least"
                         f" {_pct(t.busy_utilization)} with SM active at or below {_pct(t.hollow_sm_active)}"
                         " is a hollow GPU; see the GPU dashboard and the runbook of GPUBusyButSMUnderused.",
-                        ("Utilization", f"{e.mean(GPU, UTILIZATION, sel)}\n{e.current_owner()}"),
+                        ("Utilization", f"{e.mean(GPU, UTILIZATION, sel)}\n{e.current_owner(sel)}"),
                         [
                             ("SM active", e.mean(GPU, SM_ACTIVE, sel)),
                             (GAP, e.gap(sel)),
@@ -810,7 +810,7 @@ def workload(t: Thresholds) -> JSON:
     )
     in_namespaces = e.selector('namespace=~"$namespace"')
     pod_names = Variable("pod", "Pod", f"label_values(gpu_allocation_info{in_namespaces}, pod)", multi=True)
-    gpu_key = f"topk({TOP_GPUS}, {e.gap(attributed)})\n{e.current_owner()}"
+    gpu_key = f"topk({TOP_GPUS}, {e.gap(attributed)})\n{e.current_owner(attributed)}"
     return dashboard(
         "smlens-workload",
         "smlens / Workload",
