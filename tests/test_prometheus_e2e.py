@@ -7,6 +7,7 @@ The sim node's default GPUs: 0 healthy, 1 hollow, 2 single SM, 3 low occupancy, 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ def stack(start_exporter: ExporterFactory, tmp_path: Path) -> Iterator[str]:
         wait_for(
             "recorded means of all 8 GPUs", lambda: len(query(base, "gpu:gpu_sm_active:ratio_rate10m")) == 8
         )
+        # The last rule of the recording group: every layer of one evaluation is written.
+        wait_for("the last layer", lambda: bool(query(base, "namespace_pod:gpu_memory_used_bytes:sum")))
         yield base
 
 
@@ -83,10 +86,11 @@ def test_rules_evaluate_without_errors_and_record_what_the_sim_gpus_do(stack: st
     owner = owners[0]["metric"]
     [per_gpu] = query(stack, 'gpu:gpu_sm_active:ratio_rate10m{gpu="1"}')
     assert (per_gpu["metric"]["namespace"], per_gpu["metric"]["pod"]) == (owner["namespace"], owner["pod"])
-    [pod] = query(stack, f'namespace_pod:gpu_busy_but_hollow_seconds:rate10m{{pod="{owner["pod"]}"}}')
+    pod_hollow = f'namespace_pod:gpu_busy_but_hollow_seconds:rate10m{{pod="{owner["pod"]}"}}'
     # Two seconds back, both series hold samples of the same completed evaluation (every second).
-    at = float(pod["value"][0]) - 2
-    [pod] = query(stack, f'namespace_pod:gpu_busy_but_hollow_seconds:rate10m{{pod="{owner["pod"]}"}}', at=at)
+    wait_for("the pod layer two seconds ago", lambda: bool(query(stack, pod_hollow, at=time.time() - 2)))
+    at = time.time() - 2
+    [pod] = query(stack, pod_hollow, at=at)
     [gpu] = query(stack, 'gpu:gpu_busy_but_hollow_seconds:rate10m{gpu="1"}', at=at)
     assert float(pod["value"][1]) == float(gpu["value"][1]) > 0
 
