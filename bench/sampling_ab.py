@@ -27,8 +27,12 @@ def free_port() -> int:
 
 def totals(url: str) -> tuple[float, float]:
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    spent = sum(float(v) for v in re.findall(r"^smlens_backend_sample_seconds_total\{[^}]*\} (\S+)", text, re.M))
-    ticks = max(float(v) for v in re.findall(r"^smlens_backend_samples_total\{[^}]*\} (\S+)", text, re.M))
+
+    def values(name: str) -> list[float]:
+        return [float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)", text, re.M)]
+
+    spent = sum(values("smlens_backend_sample_seconds_total"))
+    ticks = max(values("smlens_backend_samples_total"))
     return spent, ticks
 
 
