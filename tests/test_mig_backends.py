@@ -6,7 +6,15 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
+from fakes.fake_pynvml import (
+    INSTALLED_PYNVML,
+    PYNVML_LACKS,
+    FakeGpu,
+    FakeGpuInstance,
+    FakeMigDevice,
+    FakeNode,
+    install,
+)
 from smlens import model as m
 from smlens import names as n
 from smlens.backends.nvml import open_nvml_backends
@@ -28,7 +36,7 @@ def instance(gi: int, uuid: str, **rates: float) -> FakeGpuInstance:
     )
 
 
-def mig_node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
+def mig_node(monkeypatch: pytest.MonkeyPatch, pynvml_version: str = INSTALLED_PYNVML) -> FakeNode:
     return install(
         monkeypatch,
         FakeGpu(
@@ -38,6 +46,7 @@ def mig_node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
             utilization_samples=None,
             gpu_instances=[instance(7, "MIG-busy", sm=90.0, tensor=80.0), instance(9, "MIG-hollow", sm=3.0)],
         ),
+        pynvml_version=pynvml_version,
     )
 
 
@@ -161,3 +170,36 @@ def test_instances_refusing_gpm_keep_their_series_without_activity(
     assert node.fake.gpu(GPU).calls["nvmlGpmMigSampleGet"] == samples
     assert node.fake.gpu(GPU).calls["nvmlDeviceGetMigMode"] == 1  # the first scan only
     node.close()
+
+
+@pytest.mark.parametrize("version", sorted(PYNVML_LACKS))
+def test_every_checked_nvidia_ml_py_reads_the_gpu_and_its_instances(
+    monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    fake = mig_node(monkeypatch, pynvml_version=version)
+    fake.privileged = True  # the path that asks for the GPU instance profile
+    node = Node(fake)
+    node.read(0.0)
+    fake.advance(1.0)
+    nvml, gpm = node.read(1.0)
+    assert gpm.activity[n.SM_ACTIVE].ratio == pytest.approx(0.4)
+    assert [(r.instance.gpu_instance, r.instance.profile) for r in gpm.instances] == [
+        (7, "1g.18gb"),
+        (9, "1g.18gb"),
+    ]
+    assert by_gi(nvml.instances)[7].gauges[n.MEMORY_USED_BYTES] == 7 * GIB
+
+
+def test_a_mig_scan_that_raises_costs_the_instances_not_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = mig_node(monkeypatch)
+    node = Node(fake)
+
+    def broken(handle: object) -> int:
+        raise ValueError("a binding bug")
+
+    monkeypatch.setattr(fake.module, "nvmlDeviceGetMaxMigDeviceCount", broken)
+    node.read(0.0)
+    fake.advance(1.0)
+    nvml, gpm = node.read(1.0)
+    assert gpm.activity[n.SM_ACTIVE].ratio == pytest.approx(0.4)
+    assert nvml.instances == gpm.instances == ()

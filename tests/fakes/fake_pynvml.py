@@ -44,6 +44,12 @@ nvidia-ml-py 13.615.71 (the installed package) for what the Python binding retur
   error"; the fake answers NOT_FOUND for a GPU instance that does not exist and NOT_SUPPORTED when MIG is
   off or GPM unsupported (assumed codes: smlens treats any failure alike).
 Any other pynvml function called with a MIG device handle raises AssertionError.
+
+Older nvidia-ml-py: ``FakeNode(..., pynvml_version="12.575.51")`` leaves out of ``module`` the functions that
+version lacks (``PYNVML_LACKS``). Checked by ``pip download --no-deps nvidia-ml-py==V`` of 12.535.161,
+12.570.86 and 12.575.51 and a grep of their pynvml.py for every ``nvml*`` name smlens uses (2026-11-30):
+each defines them all, with the same signatures as 13.615.71, except nvmlDeviceGetGpuInstanceProfileInfoByIdV
+(13.615.71 has it as an alias of nvmlDeviceGetGpuInstanceProfileInfoById).
 """
 
 from __future__ import annotations
@@ -62,6 +68,16 @@ import pytest
 T = TypeVar("T")
 
 US = 1_000_000
+
+INSTALLED_PYNVML = "13.615.71"
+_NO_PROFILE_INFO_V = frozenset({"nvmlDeviceGetGpuInstanceProfileInfoByIdV"})
+# The functions (among those the fake scripts) each checked older nvidia-ml-py does not define.
+PYNVML_LACKS: dict[str, frozenset[str]] = {
+    "12.535.161": _NO_PROFILE_INFO_V,
+    "12.570.86": _NO_PROFILE_INFO_V,
+    "12.575.51": _NO_PROFILE_INFO_V,
+    INSTALLED_PYNVML: frozenset(),
+}
 
 
 def _error(code: int) -> Exception:
@@ -175,8 +191,14 @@ class _Sample:
 class FakeNode:
     """A node of fake GPUs; ``module`` is the pynvml stand-in that reads and changes it."""
 
-    def __init__(self, gpus: Iterable[FakeGpu], driver_version: str = "580.159.04") -> None:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu],
+        driver_version: str = "580.159.04",
+        pynvml_version: str = INSTALLED_PYNVML,
+    ) -> None:
         self.gpus = list(gpus)
+        self._lacks = PYNVML_LACKS[pynvml_version]
         self.driver_version = driver_version
         self.library_missing = False
         self.init_error: int | None = None  # NVML code nvmlInit fails with
@@ -244,7 +266,7 @@ class FakeNode:
     def _build_module(self) -> types.ModuleType:
         module = types.ModuleType("pynvml", "fake pynvml (tests/fakes/fake_pynvml.py)")
         for name, value in vars(real).items():
-            if name.startswith("__"):
+            if name.startswith("__") or name in self._lacks:
                 continue
             if name.startswith("nvml") and isinstance(value, types.FunctionType):
                 value = getattr(self, name, None) or _unscripted(name)
@@ -646,8 +668,10 @@ def _unscripted(name: str) -> Callable[..., Any]:
     return fail
 
 
-def install(monkeypatch: pytest.MonkeyPatch, *gpus: FakeGpu) -> FakeNode:
-    """A node of these GPUs, put in place of pynvml for the rest of the test."""
-    node = FakeNode(gpus)
+def install(
+    monkeypatch: pytest.MonkeyPatch, *gpus: FakeGpu, pynvml_version: str = INSTALLED_PYNVML
+) -> FakeNode:
+    """A node of these GPUs, put in place of pynvml (of that version) for the rest of the test."""
+    node = FakeNode(gpus, pynvml_version=pynvml_version)
     monkeypatch.setitem(sys.modules, "pynvml", node.module)
     return node

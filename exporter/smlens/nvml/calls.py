@@ -2,7 +2,8 @@
 
 ``call(fn, *args, gpu=...)`` returns what the pynvml function returns, or :class:`Absent` with a short
 reason when NVML cannot give the value: ``not_supported``, ``no_permission``, ``timeout``, ``not_found``...
-(the name of the ``NVML_ERROR_*`` code in lower case). A lost GPU raises
+(the name of the ``NVML_ERROR_*`` code in lower case); ``call_named`` also answers ``not_in_pynvml`` for a
+function the installed nvidia-ml-py does not define. A lost GPU raises
 :class:`~smlens.errors.GpuLostError` instead, because nothing else can be read from it either.
 
 pynvml is looked up in ``sys.modules`` at each use (:func:`nvml_module`), never bound at import, so that
@@ -60,6 +61,12 @@ def call(fn: Callable[..., T], *args: Any, gpu: str = "a GPU") -> T | Absent:
         if not isinstance(exc, nvml_module().NVMLError):
             raise
         return failure(exc.value, gpu)
+
+
+def call_named(nv: Any, name: str, *args: Any, gpu: str = "a GPU") -> Any | Absent:
+    """``call`` of the pynvml function ``name``; Absent("not_in_pynvml") when this nvidia-ml-py lacks it."""
+    fn = getattr(nv, name, None)
+    return Absent("not_in_pynvml") if fn is None else call(fn, *args, gpu=gpu)
 
 
 def failure(code: int, gpu: str = "a GPU") -> Absent:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smlens.model import MigInstance
-from smlens.nvml.calls import Absent, call, text
+from smlens.nvml.calls import Absent, call, call_named, text
 
 _PREFIX = "MIG "
 
@@ -96,7 +96,9 @@ def _profile(nv: Any, handle: Any, gpu_instance: int, mig: Any, label: str) -> s
     instance = call(nv.nvmlDeviceGetGpuInstanceById, handle, gpu_instance, gpu=label)
     info = instance if isinstance(instance, Absent) else call(nv.nvmlGpuInstanceGetInfo, instance, gpu=label)
     if not isinstance(info, Absent):
-        profile = call(nv.nvmlDeviceGetGpuInstanceProfileInfoByIdV, handle, info.profileId, gpu=label)
+        # nvidia-ml-py 12.x has no ...ByIdV (see tests/fakes/fake_pynvml.py): then the name below serves.
+        by_id = "nvmlDeviceGetGpuInstanceProfileInfoByIdV"
+        profile = call_named(nv, by_id, handle, info.profileId, gpu=label)
         if not isinstance(profile, Absent):
             return text(profile.name).removeprefix(_PREFIX)
     name = call(nv.nvmlDeviceGetName, mig, gpu=label)

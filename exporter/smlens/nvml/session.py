@@ -11,6 +11,7 @@ asks for a rescan, so a reconfigured GPU is seen at the next tick.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from smlens.errors import BackendUnavailable, GpuLostError
 from smlens.model import GpuIdentity
 from smlens.nvml.calls import Absent, call, describe, nvml_module
 from smlens.nvml.mig import GpuInstanceLayout, MigDevice, scan
+
+_log = logging.getLogger(__name__)
 
 # Seconds a MIG layout is trusted: instances created since appear at most this late. A failed call on
 # an instance that is gone triggers a rescan at once.
@@ -47,6 +50,7 @@ class NvmlSession:
         self._handles: dict[str, Any] = {}
         self._mig: dict[str, tuple[float, MigLayout]] = {}  # GPU uuid -> (scanned at, layout)
         self._mig_devices: dict[str, dict[str, MigDevice]] = {}  # GPU uuid -> MIG devices seen
+        self._scan_failed: set[str] = set()  # GPUs whose unexpected scan failure was logged
 
     def acquire(self, user: object) -> None:
         """Initialise NVML if nobody holds it yet; raises BackendUnavailable with one sentence."""
@@ -99,10 +103,22 @@ class NvmlSession:
             return cached[1]
         handle = self.handle(gpu)
         known = self._mig_devices.setdefault(gpu.uuid, {})
-        layout = handle if isinstance(handle, Absent) else scan(nvml_module(), handle, describe(gpu), known)
+        layout = handle if isinstance(handle, Absent) else self._scan(gpu, handle, known)
         with self._lock:
             self._mig[gpu.uuid] = (now, layout)
         return layout
+
+    def _scan(self, gpu: GpuIdentity, handle: Any, known: dict[str, MigDevice]) -> MigLayout:
+        """A MIG problem costs the GPU's instances, never the GPU: an unexpected error is an Absent layout."""
+        try:
+            return scan(nvml_module(), handle, describe(gpu), known)
+        except GpuLostError:
+            raise
+        except Exception:
+            if gpu.uuid not in self._scan_failed:
+                self._scan_failed.add(gpu.uuid)
+                _log.exception("MIG scan of %s failed; its GPU instances are left out", describe(gpu))
+            return Absent("unexpected")
 
     def rescan_mig(self, gpu: GpuIdentity) -> None:
         """Scan this GPU's MIG layout again at the next ``mig_layout``."""
