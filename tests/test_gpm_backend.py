@@ -39,7 +39,7 @@ def ratio_seconds(reading: Reading, key: str) -> tuple[float, float]:
 def test_first_read_only_takes_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 50.0}))
     backend, (gpu,), _ = attached(node)
-    assert backend.read(gpu, now=10.0) == Reading(source="gpm", profiling=True)
+    assert backend.read(gpu, now=10.0) == Reading(source="gpm", profiling=True, mig_layout_read=True)
     assert node.gpu("GPU-a").calls["nvmlGpmSampleGet"] == 1 and node.metric_requests == []
 
 

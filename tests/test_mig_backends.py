@@ -18,6 +18,7 @@ from fakes.fake_pynvml import (
 from smlens import model as m
 from smlens import names as n
 from smlens.backends.nvml import open_nvml_backends
+from smlens.instance_fold import InstanceTotals, fold_instances
 from smlens.model import GpuIdentity, InstanceReading, Reading
 from smlens.nvml.session import MIG_RESCAN_INTERVAL
 
@@ -203,3 +204,24 @@ def test_a_mig_scan_that_raises_costs_the_instances_not_the_gpu(monkeypatch: pyt
     nvml, gpm = node.read(1.0)
     assert gpm.activity[n.SM_ACTIVE].ratio == pytest.approx(0.4)
     assert nvml.instances == gpm.instances == ()
+
+
+def test_one_failed_scan_neither_hides_an_instance_nor_resets_its_counters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = mig_node(monkeypatch)
+    node = Node(fake)
+    totals: InstanceTotals = {}
+    seen = []
+    for tick in range(4):
+        if tick == 2:
+            fake.gpu(GPU).errors["nvmlDeviceGetMaxMigDeviceCount"] = pynvml.NVML_ERROR_UNKNOWN
+            node.gpm._session.rescan_mig(node.gpus[0])  # as a failed instance call asks
+        if tick == 3:
+            del fake.gpu(GPU).errors["nvmlDeviceGetMaxMigDeviceCount"]
+        totals, states = fold_instances(totals, node.read(float(tick)), lambda r: r.source == "gpm")
+        seen.append({s.instance.gpu_instance: s.activity_totals.get(n.SM_ACTIVE) for s in states})
+        fake.advance(1.0)
+    covered = [{gi: None if a is None else a.covered_seconds for gi, a in tick.items()} for tick in seen]
+    assert covered == [{7: None, 9: None}, {7: 1.0, 9: 1.0}, {7: 2.0, 9: 2.0}, {7: 3.0, 9: 3.0}]
+    assert fake.gpu(GPU).calls["nvmlDeviceGetMaxMigDeviceCount"] == 3  # scanned again at tick 3

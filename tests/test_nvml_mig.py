@@ -135,3 +135,29 @@ def test_mig_handles_of_a_destroyed_instance_stop_working(monkeypatch: pytest.Mo
         nv.nvmlDeviceGetUtilizationRates(parent)
     with pytest.raises(AssertionError, match="not scripted for MIG device handles"):
         nv.nvmlDeviceGetPowerUsage(nv.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0))
+
+
+def test_a_failed_scan_keeps_the_last_layout_and_is_retried_at_the_next_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = mig_node(monkeypatch)
+    session = NvmlSession()
+    session.acquire(object())
+    good = layout(session, GPUS[1], now=0.0)
+    node.gpu(SPLIT).errors["nvmlDeviceGetMaxMigDeviceCount"] = real.NVML_ERROR_UNKNOWN
+    session.rescan_mig(GPUS[1])  # as a failed instance call asks
+    assert layout(session, GPUS[1], now=1.0) == good
+    del node.gpu(SPLIT).errors["nvmlDeviceGetMaxMigDeviceCount"]
+    node.destroy_instance(SPLIT, 13)
+    assert [i.gpu_instance for i in layout(session, GPUS[1], now=2.0)] == [1, 11]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("function", ["nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceGetUUID"])
+def test_only_not_found_means_no_mig_device_at_an_index(
+    monkeypatch: pytest.MonkeyPatch, function: str
+) -> None:
+    node = mig_node(monkeypatch)
+    node.gpu(SPLIT).errors[function] = real.NVML_ERROR_UNKNOWN
+    session = NvmlSession()
+    session.acquire(object())
+    assert layout(session, GPUS[1]) == Absent("unknown")

@@ -1,9 +1,10 @@
 """The pure fold of one tick's MIG GPU instance readings of one GPU into cumulative totals and states.
 
 An instance is known by its :class:`~smlens.model.MigInstance` (GPU instance id, profile, MIG device
-UUIDs): one that is not read in a tick is gone, with its totals, so its series leave /metrics at once; an
-instance created again is a new one whose counters start from zero. Activity comes only from the GPU's
-profiling source (``admits``), as for the whole GPU.
+UUIDs). One that a tick's MIG layout no longer has is gone, with its totals, so its series leave /metrics at
+once; an instance created again is a new one whose counters start from zero. In a tick where no backend
+knew the layout (``Reading.mig_layout_read``), the instances keep their totals and series. Activity
+comes only from the GPU's profiling source (``admits``), as for the whole GPU.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ def fold_instances(
     gauges: dict[MigInstance, dict[str, float]] = {}
     missing: dict[MigInstance, dict[str, str]] = {}
     activity: dict[MigInstance, dict[str, Activity]] = {}
+    if not any(reading.mig_layout_read for reading in readings):
+        for instance in totals:
+            gauges[instance], missing[instance] = {}, {"mig_layout": "not_read"}
+            activity[instance] = dict(totals[instance])
     for reading in readings:
         profiling = admits(reading)
         for part in reading.instances:

@@ -113,6 +113,9 @@ class Reading:
     # shared out over several passes (DCGM, other clients' fields included); empty when not known.
     profiling_mode: str = ""
     instances: tuple[InstanceReading, ...] = ()  # per MIG GPU instance, when the GPU is in MIG mode
+    # True when the backend knew the GPU's MIG layout this tick: ``instances`` then names every GPU
+    # instance the GPU has (none when it is not in MIG mode).
+    mig_layout_read: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from smlens.names import (
     TENSOR_ACTIVE,
 )
 from smlens.nvml.calls import Absent, attach_each, call, describe, failure, nvml_module
-from smlens.nvml.session import NvmlSession
+from smlens.nvml.session import MigLayout, NvmlSession
 
 RATIO_METRICS = (  # Reading.activity key, GPM metric in percent
     (SM_ACTIVE, "NVML_GPM_METRIC_SM_UTIL"),
@@ -198,7 +198,9 @@ class GpmBackend(Backend):
             if state.whole_unsupported is not None
             else state.whole.step(nv, nv.nvmlGpmSampleGet, (handle,), now, label)
         )
-        instances = self._read_instances(nv, state, now)
+        layout = self._session.mig_layout(state.identity, now)
+        instances = self._read_instances(nv, state, layout, now)
+        layout_read = not isinstance(layout, Absent)
         if isinstance(seconds, Absent):
             if not instances:
                 state.whole_unsupported = None  # not, or no longer, in MIG mode: ask again next tick
@@ -206,9 +208,14 @@ class GpmBackend(Backend):
             # nvml.h does not say whether a GPU in MIG mode can be sampled whole; its instances still can.
             if seconds.reason == "not_supported":
                 state.whole_unsupported = seconds
-            return Reading(source=self.name, missing={SM_ACTIVE: seconds.reason}, instances=instances)
+            return Reading(
+                source=self.name,
+                missing={SM_ACTIVE: seconds.reason},
+                instances=instances,
+                mig_layout_read=layout_read,
+            )
         if seconds is None:
-            return Reading(source=self.name, profiling=True, instances=instances)
+            return Reading(source=self.name, profiling=True, instances=instances, mig_layout_read=layout_read)
         activity: dict[str, Activity] = {}
         increments: dict[str, float] = {}
         missing: dict[str, str] = {}
@@ -227,11 +234,13 @@ class GpmBackend(Backend):
             missing=missing,
             profiling=True,
             instances=instances,
+            mig_layout_read=layout_read,
         )
 
-    def _read_instances(self, nv: Any, state: _GpmGpu, now: float) -> tuple[InstanceReading, ...]:
+    def _read_instances(
+        self, nv: Any, state: _GpmGpu, layout: MigLayout, now: float
+    ) -> tuple[InstanceReading, ...]:
         """One sample per GPU instance; instances gone from the layout give their samples back."""
-        layout = self._session.mig_layout(state.identity, now)
         found = () if layout is None or isinstance(layout, Absent) else layout
         current = {f.instance for f in found}
         for gone in [i for i in state.instances if i not in current]:

@@ -49,7 +49,7 @@ from smlens.nvml.calls import (
     text,
     value_of,
 )
-from smlens.nvml.session import NvmlSession
+from smlens.nvml.session import MigLayout, NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,7 @@ class NvmlBackend(DeviceSource):
         if isinstance(utilization, Absent):
             parts.missing[UTILIZATION] = utilization.reason
             utilization = None
+        layout = self._session.mig_layout(gpu, now)
         if device.xid_watch is not None:
             parts.missing[XID_EVENTS] = device.xid_watch.reason
         return Reading(
@@ -309,12 +310,12 @@ class NvmlBackend(DeviceSource):
             clock_events=clock_events,
             xid_events=self._xids.take(gpu.uuid),
             missing=parts.missing,
-            instances=self._instances(gpu, device, now),
+            instances=self._instances(gpu, device, layout),
+            mig_layout_read=not isinstance(layout, Absent),
         )
 
-    def _instances(self, gpu: GpuIdentity, device: _Device, now: float) -> tuple[InstanceReading, ...]:
+    def _instances(self, gpu: GpuIdentity, device: _Device, layout: MigLayout) -> tuple[InstanceReading, ...]:
         """Memory used and total of each MIG GPU instance (NVML gives no utilization per instance)."""
-        layout = self._session.mig_layout(gpu, now)
         if layout is None or isinstance(layout, Absent):
             return ()
         nv = nvml_module()

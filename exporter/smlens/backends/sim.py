@@ -393,6 +393,7 @@ class SimBackend(DeviceSource):
             missing={n.UTILIZATION: "not_supported"} if split else {},
             profiling=True,
             instances=self._instance_readings(gpu, split, rng, dt),
+            mig_layout_read=True,
         )
         return _without(reading, phase.unreadable) if phase.unreadable else reading
 

@@ -18,6 +18,8 @@ from smlens.model import MigInstance
 from smlens.nvml.calls import Absent, call, call_named, text
 
 _PREFIX = "MIG "
+# No MIG device at an index (not_found), or one destroyed between two calls (invalid_argument on its handle).
+_NOTHING_HERE = frozenset({"not_found", "invalid_argument"})
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,10 @@ def scan(
     for index in range(count):
         mig = call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, index, gpu=label)
         uuid = mig if isinstance(mig, Absent) else call(nv.nvmlDeviceGetUUID, mig, gpu=label)
-        if isinstance(uuid, Absent):  # not_found: no MIG device at this index
-            continue
+        if isinstance(uuid, Absent):
+            if uuid.reason in _NOTHING_HERE:
+                continue
+            return uuid  # the layout cannot be known: not the same as an empty index
         device = known.get(text(uuid)) or _identify(nv, handle, mig, label)
         if device is None:
             continue  # destroyed between two calls; the next scan sees the new layout

@@ -6,12 +6,14 @@ release, so closing one backend never pulls NVML from under the other.
 
 The session also keeps each GPU's MIG layout (:func:`smlens.nvml.mig.scan`), scanned again when older
 than ``max_age`` or after :meth:`NvmlSession.rescan_mig`: a user whose call on a GPU instance fails
-asks for a rescan, so a reconfigured GPU is seen at the next tick.
+asks for a rescan, so a reconfigured GPU is seen at the next tick. A scan that fails is never kept: the
+last layout read stands in for it, and the next tick (a later ``now``) scans again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -48,9 +50,9 @@ class NvmlSession:
         self._lock = threading.Lock()
         self._users: set[object] = set()
         self._handles: dict[str, Any] = {}
-        self._mig: dict[str, tuple[float, MigLayout]] = {}  # GPU uuid -> (scanned at, layout)
+        self._mig: dict[str, tuple[float, MigLayout]] = {}  # GPU uuid -> (scanned at, last layout read)
+        self._mig_failed: dict[str, tuple[float, Absent]] = {}  # GPU uuid -> (failed at, why)
         self._mig_devices: dict[str, dict[str, MigDevice]] = {}  # GPU uuid -> MIG devices seen
-        self._scan_failed: set[str] = set()  # GPUs whose unexpected scan failure was logged
 
     def acquire(self, user: object) -> None:
         """Initialise NVML if nobody holds it yet; raises BackendUnavailable with one sentence."""
@@ -77,6 +79,7 @@ class NvmlSession:
             if not self._users:
                 self._handles.clear()
                 self._mig.clear()
+                self._mig_failed.clear()
                 self._mig_devices.clear()
                 call(nvml_module().nvmlShutdown)  # nothing left to do if the shutdown fails
 
@@ -99,14 +102,26 @@ class NvmlSession:
         """The GPU instances of a GPU in MIG mode, scanned at most ``max_age`` seconds before ``now``."""
         with self._lock:
             cached = self._mig.get(gpu.uuid)
+            failed = self._mig_failed.get(gpu.uuid)
+            known = self._mig_devices.setdefault(gpu.uuid, {})
+        if failed is not None and failed[0] == now:  # the other backend of the same tick: no second try
+            return failed[1] if cached is None else cached[1]
         if cached is not None and 0 <= now - cached[0] < max_age:
             return cached[1]
         handle = self.handle(gpu)
-        known = self._mig_devices.setdefault(gpu.uuid, {})
         layout = handle if isinstance(handle, Absent) else self._scan(gpu, handle, known)
         with self._lock:
-            self._mig[gpu.uuid] = (now, layout)
-        return layout
+            if not isinstance(layout, Absent):
+                self._mig[gpu.uuid] = (now, layout)
+                self._mig_failed.pop(gpu.uuid, None)
+                return layout
+            first = gpu.uuid not in self._mig_failed
+            self._mig_failed[gpu.uuid] = (now, layout)
+        if first:
+            _log.warning(
+                "MIG layout of %s unreadable (%s); kept the last one read", describe(gpu), layout.reason
+            )
+        return layout if cached is None else cached[1]
 
     def _scan(self, gpu: GpuIdentity, handle: Any, known: dict[str, MigDevice]) -> MigLayout:
         """A MIG problem costs the GPU's instances, never the GPU: an unexpected error is an Absent layout."""
@@ -115,15 +130,14 @@ class NvmlSession:
         except GpuLostError:
             raise
         except Exception:
-            if gpu.uuid not in self._scan_failed:
-                self._scan_failed.add(gpu.uuid)
-                _log.exception("MIG scan of %s failed; its GPU instances are left out", describe(gpu))
+            _log.debug("MIG scan of %s raised", describe(gpu), exc_info=True)
             return Absent("unexpected")
 
     def rescan_mig(self, gpu: GpuIdentity) -> None:
         """Scan this GPU's MIG layout again at the next ``mig_layout``."""
         with self._lock:
-            self._mig.pop(gpu.uuid, None)
+            if gpu.uuid in self._mig:  # keep the layout for a failing rescan to fall back on
+                self._mig[gpu.uuid] = (-math.inf, self._mig[gpu.uuid][1])
 
     def mig_placements(self, gpus: Sequence[GpuIdentity], now: float) -> dict[str, tuple[str, int]]:
         """MIG device UUID -> (parent GPU UUID, GPU instance id), scanned afresh; unreadable GPUs left out."""
