@@ -234,6 +234,20 @@ def test_recording_round_trips_and_bad_ones_get_one_sentence(tmp_path: Path) -> 
         Recording.from_json(bad)
     with pytest.raises(RecordingError, match="not a smlens profile recording"):
         Recording.from_json({"format": "other"})
+    for peak in (0.0, -1.0, float("inf"), float("nan")):
+        zero = recording.to_json()
+        zero["peaks"]["sm__warps_active.avg"] = peak
+        with pytest.raises(RecordingError, match=r"peak of sm__warps_active\.avg .* not a positive number"):
+            Recording.from_json(zero)
+    shuffled = recording.to_json()
+    shuffled["samples"] = shuffled["samples"][::-1]
+    in_order = Recording.from_json(shuffled)  # each sample has its own stamps: order restored, none lost
+    assert np.array_equal(in_order.start_ns, recording.start_ns)
+    assert np.array_equal(in_order.values, recording.values)
+    backwards = recording.to_json()
+    backwards["samples"][5][1] = backwards["samples"][5][0] - 1
+    with pytest.raises(RecordingError, match="sample 5 ends before it starts"):
+        Recording.from_json(backwards)
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     with pytest.raises(RecordingError, match="cannot read"):

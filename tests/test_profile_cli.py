@@ -123,3 +123,14 @@ def test_without_cupti_python_one_sentence_and_exit_1(monkeypatch: pytest.Monkey
         "smlens: smlens profile needs NVIDIA's cupti-python, which is not installed: "
         "pip install 'smlens[profile]'.\n"
     )
+
+
+def test_a_recording_with_zero_peaks_gets_one_sentence(tmp_path: Path) -> None:
+    capture = Recording.load(FIXTURE).to_json()
+    capture["peaks"] = dict.fromkeys(capture["peaks"], 0)
+    zero = tmp_path / "peaks0.json"
+    zero.write_text(json.dumps(capture))
+    done = run_cli("profile", "--from-json", str(zero), "--out", str(tmp_path / "r.html"))
+    assert done.returncode == 1
+    assert done.stderr.startswith("smlens: the peak of ")
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,17 +71,26 @@ class Recording:
             ]
             if missing:
                 raise RecordingError(f"the recording lacks {', '.join(missing)}")
+            peaks = {str(k): float(v) for k, v in data["peaks"].items()}
+            for name, peak in peaks.items():
+                if not (math.isfinite(peak) and peak > 0):
+                    raise RecordingError(f"the peak of {name} is {peak}, not a positive number")
             rows = np.asarray(data["samples"], dtype=np.float64).reshape(-1, 2 + len(counters))
             stamps = np.asarray([r[:2] for r in data["samples"]], dtype=np.int64).reshape(-1, 2)
+            backwards = np.flatnonzero(stamps[:, 1] < stamps[:, 0])
+            if backwards.size:
+                raise RecordingError(f"sample {backwards[0]} ends before it starts")
+            # Each sample carries its own stamps, so a file out of time order loses nothing by sorting.
+            order = np.argsort(stamps[:, 0], kind="stable")
             return Recording(
                 gpu=dict(data.get("gpu", {})),
                 chip=str(data["chip"]),
                 interval_ns=int(data["interval_ns"]),
                 counters=counters,
-                peaks={str(k): float(v) for k, v in data["peaks"].items()},
-                start_ns=stamps[:, 0],
-                end_ns=stamps[:, 1],
-                values=rows[:, 2:],
+                peaks=peaks,
+                start_ns=stamps[order, 0],
+                end_ns=stamps[order, 1],
+                values=rows[order, 2:],
                 notes=dict(data.get("notes", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
