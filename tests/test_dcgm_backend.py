@@ -665,3 +665,18 @@ def test_plan_passes() -> None:
     assert dcgm.passes_needed(groups, frozenset({1001})) == 1
     assert dcgm.passes_needed(groups, frozenset({1002, 1004})) == 2
     assert dcgm.passes_needed(groups, frozenset({155})) == 0  # not a profiling field here
+
+
+def test_only_our_own_field_groups_are_left_out_of_the_sharing_count(fake: ModuleType) -> None:
+    # GPU 0 can watch one pass only; GPU 1 watches every field, tensor (1004) included, in our own group.
+    engine = start_engine(fake, fake.FakeGpu(UUIDS[0], fake.MULTI_PASS), fake.FakeGpu(UUIDS[1]))
+    backend = attached(fake, engine)
+    assert 1004 in engine.watched(1) and 1004 not in engine.watched(0)
+    warm(backend, engine, now=10.0)
+    publish_all(engine)
+    assert backend.read(gpus()[0], now=11.0).profiling_mode == "one_pass"  # GPU 1's fields are ours
+    # Another client whose name merely extends ours ("...-<hex>0-...") is another client.
+    other_client(fake, [1002, 1004], f"{backend.instance}0-fields", gpu_ids=(1,))
+    publish_all(engine)
+    reading = backend.read(gpus()[0], now=11.0 + dcgm.SHARING_CHECK_SECONDS)
+    assert reading.profiling_mode == "multiplexed"

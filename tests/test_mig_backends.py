@@ -225,3 +225,18 @@ def test_one_failed_scan_neither_hides_an_instance_nor_resets_its_counters(
     covered = [{gi: None if a is None else a.covered_seconds for gi, a in tick.items()} for tick in seen]
     assert covered == [{7: None, 9: None}, {7: 1.0, 9: 1.0}, {7: 2.0, 9: 2.0}, {7: 3.0, 9: 3.0}]
     assert fake.gpu(GPU).calls["nvmlDeviceGetMaxMigDeviceCount"] == 3  # scanned again at tick 3
+
+
+def test_the_gpm_backend_alone_rescans_after_a_failed_instance_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = Node(mig_node(monkeypatch))
+    node.gpm.read(node.gpus[0], 0.0)
+    node.fake.destroy_instance(GPU, 9)
+    node.fake.advance(1.0)
+    failed = by_gi(node.gpm.read(node.gpus[0], 1.0).instances)  # the layout still names GI 9
+    assert failed[9].missing == {n.SM_ACTIVE: "not_found"}
+    node.fake.advance(1.0)
+    assert set(by_gi(node.gpm.read(node.gpus[0], 2.0).instances)) == {7}  # long before the rescan interval
+    assert node.fake.live_gpm_samples == 4
+    node.close()

@@ -8,6 +8,7 @@ import pytest
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens.model import GpuIdentity, MigInstance
 from smlens.nvml.calls import Absent
+from smlens.nvml.mig import MigDevice, scan
 from smlens.nvml.session import NvmlSession
 
 PLAIN, SPLIT = "GPU-00000000-1111-2222-3333-444444444444", "GPU-11111111-1111-2222-3333-444444444444"
@@ -161,3 +162,16 @@ def test_only_not_found_means_no_mig_device_at_an_index(
     session = NvmlSession()
     session.acquire(object())
     assert layout(session, GPUS[1]) == Absent("unknown")
+
+
+def test_the_known_devices_forget_a_destroyed_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = mig_node(monkeypatch)
+    nv = node.module
+    nv.nvmlInit()
+    parent = nv.nvmlDeviceGetHandleByIndex(1)
+    known: dict[str, MigDevice] = {}
+    scan(nv, parent, "GPU 1", known)
+    assert set(known) == {"MIG-a", "MIG-b", "MIG-c0", "MIG-c1"}
+    node.destroy_instance(SPLIT, 13)
+    scan(nv, parent, "GPU 1", known)
+    assert set(known) == {"MIG-b", "MIG-c0", "MIG-c1"}  # the cache does not grow with reconfigurations
