@@ -52,12 +52,18 @@ class Check:
     measured: float | None
     tolerance: float | None  # absolute; None: information
     note: str = ""
+    skipped: bool = False  # the reference was left out on request (--no-ncu, --no-steady)
 
     @property
     def passed(self) -> bool | None:
-        if self.tolerance is None or self.expected is None:
+        """None for information or a reference skipped on request; a reference that is missing fails."""
+        if self.tolerance is None or self.skipped:
             return None
-        return self.measured is not None and abs(self.measured - self.expected) <= self.tolerance
+        return (
+            self.expected is not None
+            and self.measured is not None
+            and abs(self.measured - self.expected) <= self.tolerance
+        )
 
 
 class Child:
@@ -233,28 +239,39 @@ def ncu_during() -> dict[str, Any]:
     return {"available": run.available, "reason": run.reason, "tail": run.output[-800:]}
 
 
+def skipped_references(args: argparse.Namespace) -> frozenset[str]:
+    """The references the command line asked to leave out."""
+    skipped = {"ncu"} if args.no_ncu else set()
+    if args.no_steady:
+        skipped |= {"GPM steady", "PM steady"}
+    return frozenset(skipped)
+
+
 def judge_schedule(
-    phases: Mapping[str, Any], child: Mapping[str, Any], ncu: Mapping[str, Any], steady: Mapping[str, Any]
+    phases: Mapping[str, Any],
+    child: Mapping[str, Any],
+    ncu: Mapping[str, Any],
+    steady: Mapping[str, Any],
+    skipped: frozenset[str] = frozenset(),
 ) -> list[Check]:
+    """Every phase check against every reference not skipped on request; a missing reference fails."""
     s, w = child["sm_count"], child["max_warps_per_sm"]
     checks: list[Check] = []
 
     def phase(
         name: str, metric: str, reference: str, expected: float | None, tolerance: float | None
     ) -> None:
-        checks.append(
-            Check("phase", name, metric, reference, expected, phases.get(name, {}).get(metric), tolerance)
-        )
+        measured = phases.get(name, {}).get(metric)
+        skip = reference in skipped
+        checks.append(Check("phase", name, metric, reference, expected, measured, tolerance, skipped=skip))
 
     for name in ("spin_one_warp", "spin_half_sms", "spin_warp_per_sm", "spin_full_occupancy"):
         sms, per_sm, threads = child["shapes"][name]
         physics = {"sm_active": sms / s, "occupancy": sms * per_sm * threads / 32 / (s * w)}
         for metric, value in physics.items():
             phase(name, metric, "physics", value, POINTS)
-            if name in ncu:
-                phase(name, metric, "ncu", ncu[name][metric], POINTS)
-            if name in steady:
-                phase(name, metric, "GPM steady", steady[name]["gpm"][metric], POINTS)
+            phase(name, metric, "ncu", ncu.get(name, {}).get(metric), POINTS)
+            phase(name, metric, "GPM steady", steady.get(name, {}).get("gpm", {}).get(metric), POINTS)
         phase(name, "tensor", "physics", 0.0, POINTS)
     for name, steady_name in (("gemm_bf16", "gemm_bf16"), ("launch_bound", "gemm_tiny_launch_bound")):
         ref = steady.get(steady_name)
@@ -347,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         section(results, "gemm_tflops", lambda: gemm_section(gpu, interval, results))
     save()
     steady = results.get("steady", {})
-    return judge_all(results, child, ncu, steady, out)
+    return judge_all(results, child, ncu, steady, out, skipped_references(args))
 
 
 def section(results: dict[str, Any], name: str, body: Callable[[], Any]) -> None:
@@ -439,9 +456,14 @@ def gemm_section(gpu: Any, interval: int, results: dict[str, Any]) -> None:
 
 
 def judge_all(
-    results: dict[str, Any], child: Any, ncu: Mapping[str, Any], steady: Mapping[str, Any], out: Path
+    results: dict[str, Any],
+    child: Any,
+    ncu: Mapping[str, Any],
+    steady: Mapping[str, Any],
+    out: Path,
+    skipped: frozenset[str] = frozenset(),
 ) -> int:
-    checks = judge_schedule(results["schedule"], child, ncu, steady)
+    checks = judge_schedule(results["schedule"], child, ncu, steady, skipped)
     for name, st in steady.items():
         if st:
             for metric in ("sm_active", "occupancy", "tensor", "dram"):
@@ -458,12 +480,16 @@ def judge_all(
     (out / "profile_truth.json").write_text(json.dumps(results, indent=1, default=str))
     failed = [c for c in checks if c.passed is False]
     for c in checks:
-        flag = {True: "PASS", False: "FAIL", None: "info"}[c.passed]
+        flag = "skip" if c.skipped else {True: "PASS", False: "FAIL", None: "info"}[c.passed]
         say(
             f"{flag} {c.section:7} {c.subject:22} {c.metric:10} {c.reference:16} "
             f"expected {c.expected} measured {c.measured}"
         )
-    say(f"{sum(c.passed is True for c in checks)} passed, {len(failed)} failed")
+    left_out = sorted({c.reference for c in checks if c.skipped})
+    say(
+        f"{sum(c.passed is True for c in checks)} passed, {len(failed)} failed"
+        + (f"; references skipped on request: {', '.join(left_out)}" if left_out else "")
+    )
     return 1 if failed else 0
 
 
