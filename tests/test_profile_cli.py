@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool, run_cli
+from smlens import thresholds
 from smlens.cli import main
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
@@ -34,7 +35,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
 def test_summary_names_the_step_and_the_hollow_share(report: tuple[Path, Path, str]) -> None:
     _, js, stdout = report
     summary = json.loads(js.read_text())["summary"]
-    share = analysis.hollow_share(analysis.series(Recording.load(FIXTURE)), 0.3)
+    share = analysis.hollow_share(analysis.series(Recording.load(FIXTURE)), thresholds.load())
     assert summary["hollow_share_of_busy"] == pytest.approx(share)
     assert f"hollow share of busy time {100 * share:5.1f} %" in stdout
     period = summary["step"]["seconds"]

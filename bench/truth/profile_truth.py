@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from smlens import thresholds
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
 
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "detected": asdict(period) if period else None,
     }
     if period:
-        results["step"]["breakdown"] = asdict(analysis.breakdown(part, period, 0.3))
+        results["step"]["breakdown"] = asdict(analysis.breakdown(part, period, thresholds.load()))
     say(json.dumps({k: results[k] for k in ("shift_ns", "schedule", "step")}, default=str)[:3000])
     save()
 

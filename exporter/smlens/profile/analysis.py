@@ -4,9 +4,12 @@ Pure numpy on a :class:`~smlens.profile.recording.Recording`; no CUPTI. Definiti
 
 * a sample's *busy* share is the part of its time a kernel ran (GR engine active); busy time is the sum of
   busy share x sample length, the sub-millisecond version of what NVML "utilization" counts;
-* busy time is *hollow* in samples whose SM active is at or under ``hollow_threshold`` (the threshold of
-  thresholds.yaml that the GPUBusyButSMUnderused alert applies to whole windows);
-* a sample is *idle* when kernels ran less than ``IDLE_BUSY`` of it, else *hollow* or *working*.
+* each sample is judged by the rule of the exporter's verdict and its GPUBusyButSMUnderused alert
+  (thresholds.yaml), applied to the sample instead of a window: *idle* when kernels ran less than
+  ``idle_utilization`` of it; *hollow* when they ran at least ``busy_utilization`` of it and SM active is
+  at most ``hollow_sm_active``; *partial* when they ran only part of it (gaps between kernels: launch- or
+  sync-bound); else *working*;
+* the hollow share is the busy time of hollow samples over all busy time.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import numpy as np
 
 from smlens.profile.counters import RATIOS, ratio
 from smlens.profile.recording import Recording
+from smlens.thresholds import Thresholds
 
-IDLE, HOLLOW, WORKING = 0, 1, 2
-IDLE_BUSY = 0.05
-CLASS_NAMES = ("idle", "hollow", "working")
+IDLE, PARTIAL, HOLLOW, WORKING = 0, 1, 2, 3
+CLASS_NAMES = ("idle", "partial", "hollow", "working")
 MIN_REPEATS = 3  # a step period is reported only when the capture holds at least this many steps
 MIN_STRENGTH = 0.5  # autocorrelation at the period, at least
 MIN_PERIOD_SAMPLES = 4
@@ -56,26 +59,28 @@ def series(recording: Recording) -> Series:
     )
 
 
-def classify(s: Series, hollow_threshold: float) -> np.ndarray:
+def classify(s: Series, t: Thresholds) -> np.ndarray:
+    """Each sample's class, by the verdict's rule (smlens.verdict.judge) with busy as its utilization."""
     classes = np.full(len(s), WORKING, dtype=np.int8)
-    classes[s.sm_active <= hollow_threshold] = HOLLOW
-    classes[s.busy < IDLE_BUSY] = IDLE
+    classes[(s.busy >= t.busy_utilization) & (s.sm_active <= t.hollow_sm_active)] = HOLLOW
+    classes[s.busy < t.busy_utilization] = PARTIAL
+    classes[s.busy < t.idle_utilization] = IDLE
     return classes
 
 
-def hollow_share(s: Series, hollow_threshold: float) -> float | None:
-    """Share of busy time spent in samples whose SM active is at or under ``hollow_threshold``."""
+def hollow_share(s: Series, t: Thresholds) -> float | None:
+    """Share of busy time spent in samples classed hollow."""
     busy = s.busy * s.seconds
     total = float(busy.sum())
     if total <= 0:
         return None
-    return float(busy[s.sm_active <= hollow_threshold].sum() / total)
+    return float(busy[classify(s, t) == HOLLOW].sum() / total)
 
 
 def activity_histogram(s: Series, bins: int = 20) -> list[tuple[float, float, float]]:
     """Busy time by the SM activity of its sample, as (low, high, share of busy time); bins are closed on
-    the right (a sample at exactly 0.3 falls in 0.25-0.3), so the bins up to the hollow threshold add up
-    to the hollow share."""
+    the right (a sample at exactly 0.3 falls in 0.25-0.3). The bins up to the hollow threshold hold the
+    hollow share plus the busy time of partial samples with as little SM activity."""
     busy = s.busy * s.seconds
     total = float(busy.sum())
     edges = np.linspace(0.0, 1.0, bins + 1)
@@ -158,7 +163,7 @@ def _uniform(s: Series) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Stretch:
-    kind: str  # idle, hollow, working
+    kind: str  # one of CLASS_NAMES
     start_s: float  # from the step's start
     seconds: float
     sm_active: float  # mean over the stretch
@@ -170,12 +175,13 @@ class StepBreakdown:
     period_s: float
     steps: int  # steps averaged
     idle_s: float
+    partial_s: float
     hollow_s: float
     working_s: float
     stretches: tuple[Stretch, ...]
 
 
-def breakdown(s: Series, period: StepPeriod, hollow_threshold: float) -> StepBreakdown:
+def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
     """The typical step: the position-wise median of every whole step, cut at its longest quiet moment."""
     p = max(1, round(period.samples))
     grids = {key: _grid(s, s.ratio(key)) for key in ("busy", "sm_active", "tensor")}
@@ -198,7 +204,7 @@ def breakdown(s: Series, period: StepPeriod, hollow_threshold: float) -> StepBre
         tensor=np.roll(fold["tensor"], -start),
         dram=np.zeros(p),
     )
-    classes = classify(profile, hollow_threshold)
+    classes = classify(profile, t)
     runs = _runs(classes)
     idle_runs = [r for r in runs if r[0] == IDLE]
     if idle_runs:
@@ -218,7 +224,9 @@ def breakdown(s: Series, period: StepPeriod, hollow_threshold: float) -> StepBre
         for kind, first, length in runs
     )
     seconds = {name: sum(x.seconds for x in stretches if x.kind == name) for name in CLASS_NAMES}
-    return StepBreakdown(p * dt, steps, seconds["idle"], seconds["hollow"], seconds["working"], stretches)
+    return StepBreakdown(
+        p * dt, steps, seconds["idle"], seconds["partial"], seconds["hollow"], seconds["working"], stretches
+    )
 
 
 def _runs(classes: np.ndarray) -> list[tuple[int, int, int]]:

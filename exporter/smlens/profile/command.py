@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     if len(recording) == 0:
         raise SmlensError("the capture holds no sample (the GPU clock did not advance?).")
-    summary = summarize(recording, limits.hollow_sm_active)
+    summary = summarize(recording, limits)
     page = render_html(recording, summary)
     if args.out == "-":
         sys.stdout.write(page)

@@ -21,7 +21,7 @@ COLOURS = {
     "tensor": "#d62728",
     "dram": "#9467bd",
 }
-KIND_COLOURS = {"working": "#1f77b4", "hollow": "#ff7f0e", "idle": "#cccccc"}
+KIND_COLOURS = {"working": "#1f77b4", "hollow": "#ff7f0e", "partial": "#bcbd22", "idle": "#cccccc"}
 
 
 def timeline_data(recording: Recording) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
             f"<p>Step period <b>{1e3 * step['seconds']:.2f} ms</b> ({step['repeats']} steps in the capture, "
             f"autocorrelation {step['strength']:.2f}). A typical step (position-wise median of "
             f"{b['steps']} steps): working {1e3 * b['working_s']:.2f} ms, "
-            f"hollow {1e3 * b['hollow_s']:.2f} ms, "
+            f"hollow {1e3 * b['hollow_s']:.2f} ms, partial {1e3 * b['partial_s']:.2f} ms, "
             f"idle {1e3 * b['idle_s']:.2f} ms.</p>{_step_svg(step)}"
             "<table><tr><th>stretch</th><th>from ms</th><th>ms</th><th>SM active</th><th>tensor</th></tr>"
             f"{items}</table>"
@@ -198,7 +198,8 @@ UUID {html.escape(str(gpu.get("uuid", "")))}, chip {html.escape(summary["chip"])
 Ratios are normalised by the
 counters' peaks that CUPTI reported for this chip.</p>
 <h2>Summary</h2><table>{rows}
-<tr><td>hollow share of busy time (samples with SM active &le; {summary["hollow_threshold"]:g})</td>
+<tr><td>hollow share of busy time (samples busy &ge; {summary["busy_threshold"]:g}
+with SM active &le; {summary["hollow_threshold"]:g})</td>
 <td>{_pct(summary["hollow_share_of_busy"])}</td></tr></table>
 <h2>Timeline</h2><p>Wheel: zoom; drag: pan; double-click: reset. {toggles}</p>
 <canvas id="timeline" width="1600" height="420"></canvas>

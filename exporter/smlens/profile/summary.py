@@ -10,9 +10,10 @@ import numpy as np
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS
 from smlens.profile.recording import Recording
+from smlens.thresholds import Thresholds
 
 
-def summarize(recording: Recording, hollow_threshold: float) -> dict[str, Any]:
+def summarize(recording: Recording, t: Thresholds) -> dict[str, Any]:
     s = analysis.series(recording)
     seconds = float(s.seconds.sum())
     means = {
@@ -21,7 +22,7 @@ def summarize(recording: Recording, hollow_threshold: float) -> dict[str, Any]:
     period = analysis.step_period(s)
     step: dict[str, Any] | None = None
     if period is not None:
-        step = {**asdict(period), "breakdown": asdict(analysis.breakdown(s, period, hollow_threshold))}
+        step = {**asdict(period), "breakdown": asdict(analysis.breakdown(s, period, t))}
     span = (int(s.start_ns[-1]) - int(s.start_ns[0])) / 1e9 + float(s.seconds[-1]) if len(s) else 0.0
     return {
         "gpu": dict(recording.gpu),
@@ -31,8 +32,9 @@ def summarize(recording: Recording, hollow_threshold: float) -> dict[str, Any]:
         "span_s": span,
         "sampled_s": seconds,
         "means": means,
-        "hollow_threshold": hollow_threshold,
-        "hollow_share_of_busy": analysis.hollow_share(s, hollow_threshold),
+        "hollow_threshold": t.hollow_sm_active,
+        "busy_threshold": t.busy_utilization,
+        "hollow_share_of_busy": analysis.hollow_share(s, t),
         "sm_activity_of_busy_time": [
             {"low": lo, "high": hi, "share_of_busy": share}
             for lo, hi, share in analysis.activity_histogram(s)
@@ -47,6 +49,10 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:5.1f} %"
 
 
+def _rule(summary: dict[str, Any]) -> str:
+    return f"samples busy >= {summary['busy_threshold']:g} with SM active <= {summary['hollow_threshold']:g}"
+
+
 def render_text(summary: dict[str, Any]) -> str:
     gpu = summary["gpu"]
     means = summary["means"]
@@ -58,8 +64,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f"  SM occupancy     {_pct(means['occupancy'])}",
         f"  tensor pipes     {_pct(means['tensor'])}",
         f"  DRAM bandwidth   {_pct(means['dram'])}",
-        f"  hollow share of busy time {_pct(summary['hollow_share_of_busy'])}"
-        f"   (samples with SM active <= {summary['hollow_threshold']:g})",
+        f"  hollow share of busy time {_pct(summary['hollow_share_of_busy'])}   ({_rule(summary)})",
     ]
     step = summary["step"]
     if step is None:
@@ -69,7 +74,7 @@ def render_text(summary: dict[str, Any]) -> str:
         lines.append(
             f"  step period {1e3 * step['seconds']:.2f} ms ({step['repeats']} steps, autocorrelation "
             f"{step['strength']:.2f}): working {1e3 * b['working_s']:.2f} ms, "
-            f"hollow {1e3 * b['hollow_s']:.2f} ms, "
+            f"hollow {1e3 * b['hollow_s']:.2f} ms, partial {1e3 * b['partial_s']:.2f} ms, "
             f"idle {1e3 * b['idle_s']:.2f} ms"
         )
     return "\n".join(lines)
