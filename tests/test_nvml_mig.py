@@ -9,7 +9,7 @@ from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode,
 from smlens.model import GpuIdentity, MigInstance
 from smlens.nvml.calls import Absent
 from smlens.nvml.mig import MigDevice, scan
-from smlens.nvml.session import NvmlSession
+from smlens.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
 
 PLAIN, SPLIT = "GPU-00000000-1111-2222-3333-444444444444", "GPU-11111111-1111-2222-3333-444444444444"
 GPUS = [GpuIdentity(0, PLAIN, "NVIDIA H200"), GpuIdentity(1, SPLIT, "NVIDIA H200")]
@@ -116,7 +116,7 @@ def test_placements_map_every_mig_device_to_its_gpu_and_instance(monkeypatch: py
         "MIG-c1": (SPLIT, 1),
     }
     node.gpu(SPLIT).lost = True
-    assert session.mig_placements(GPUS, now=1.0) == {}
+    assert session.mig_placements(GPUS, now=1.0 + MIG_RESCAN_INTERVAL) == {}
 
 
 def test_mig_handles_of_a_destroyed_instance_stop_working(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,3 +175,15 @@ def test_the_known_devices_forget_a_destroyed_instance(monkeypatch: pytest.Monke
     node.destroy_instance(SPLIT, 13)
     scan(nv, parent, "GPU 1", known)
     assert set(known) == {"MIG-b", "MIG-c0", "MIG-c1"}  # the cache does not grow with reconfigurations
+
+
+def test_placements_read_the_layout_the_sampler_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = mig_node(monkeypatch)
+    session = NvmlSession()
+    session.acquire(object())
+    layout(session, GPUS[1], now=0.0)  # the sampler's tick
+    asked = node.gpu(SPLIT).calls["nvmlDeviceGetMigMode"]
+    assert session.mig_placements(GPUS[1:], now=1.0)["MIG-a"] == (SPLIT, 13)
+    assert node.gpu(SPLIT).calls["nvmlDeviceGetMigMode"] == asked  # no second scan within the interval
+    session.mig_placements(GPUS[1:], now=10.5)
+    assert node.gpu(SPLIT).calls["nvmlDeviceGetMigMode"] == asked + 1

@@ -60,3 +60,14 @@ def test_explicit_dcgm_without_a_hostengine_is_one_sentence(
     node(monkeypatch)
     with pytest.raises(BackendUnavailable, match=r"start it .*or pass --dcgm-hostengine"):
         sources("dcgm")
+
+
+def test_attribution_shares_the_backends_nvml_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakeGpu(HOPPER))
+    settings = resolve("serve", {"backend": "nvml", "process_attribution": True}, environ={})
+    sampler = build_sampler(settings)
+    try:
+        assert sampler._attribution is not None  # the process source: built, not started
+        assert fake.init_calls == 1  # one session: a second one would initialise NVML again
+    finally:
+        sampler.close()

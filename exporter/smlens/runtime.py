@@ -16,7 +16,7 @@ def build_sampler(settings: SourceSettings) -> Sampler:
         if isinstance(settings, ServeSettings):  # attribution belongs to serve only
             from smlens.attribution.setup import build_refresher
 
-            refresher = build_refresher(settings, gpus)
+            refresher = build_refresher(settings, gpus, opened.nvml_session)
             if refresher is not None:
                 sampler.attach_attribution(refresher)
     except BaseException:

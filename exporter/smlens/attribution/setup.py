@@ -31,10 +31,13 @@ def _socket(settings: ServeSettings) -> Path | None:
     return None
 
 
-def build_refresher(settings: ServeSettings, gpus: Sequence[GpuIdentity]) -> AttributionRefresher | None:
-    """The refresher for these settings, or None when no source applies (not started yet)."""
+def build_refresher(
+    settings: ServeSettings, gpus: Sequence[GpuIdentity], session: NvmlSession | None = None
+) -> AttributionRefresher | None:
+    """The refresher for these settings, or None when no source applies (not started yet). ``session`` is
+    the backends' NVML session: attribution then reads the MIG layouts the sampler keeps."""
     sim = settings.backend == "sim"
-    session = None if sim else NvmlSession()
+    session = None if sim else (session or NvmlSession())
     socket = _socket(settings)
     allocation: AllocationSource | None = None
     if socket is not None:

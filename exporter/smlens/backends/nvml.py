@@ -164,6 +164,11 @@ class NvmlBackend(DeviceSource):
         self._devices: dict[str, _Device] = {}
         self._xids = XidWatch()
 
+    @property
+    def session(self) -> NvmlSession:
+        """The NVML session this backend reads through, shared with the gpm backend and attribution."""
+        return self._session
+
     def discover(self) -> list[GpuIdentity]:
         self._session.acquire(self)
         nv = nvml_module()

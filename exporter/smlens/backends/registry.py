@@ -16,6 +16,7 @@ from typing import Protocol
 from smlens.backends.base import Backend, DeviceSource
 from smlens.errors import BackendUnavailable
 from smlens.model import GpuIdentity
+from smlens.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Opened:
     device: DeviceSource
     gpus: list[GpuIdentity]
     extras: list[Backend]
+    nvml_session: NvmlSession | None = None  # the backends' NVML session, for attribution to share
 
     def close(self) -> None:
         """Close each one, even when closing another failed (as Sampler.close does)."""
@@ -90,7 +92,7 @@ def _open_nvml(settings: SourceSettings, gpm: bool, dcgm: bool, dcgm_required: b
         energy_interval=settings.energy_interval, utilization_interval=settings.utilization_interval
     )
     try:
-        opened = Opened(nvml, nvml.discover(), [gpm_backend] if gpm else [])
+        opened = Opened(nvml, nvml.discover(), [gpm_backend] if gpm else [], nvml.session)
     except BaseException:
         nvml.close()
         raise

@@ -48,6 +48,7 @@ class NvmlSession:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._mig_lock = threading.Lock()
         self._users: set[object] = set()
         self._handles: dict[str, Any] = {}
         self._mig: dict[str, tuple[float, MigLayout]] = {}  # GPU uuid -> (scanned at, last layout read)
@@ -100,6 +101,10 @@ class NvmlSession:
 
     def mig_layout(self, gpu: GpuIdentity, now: float, max_age: float = MIG_RESCAN_INTERVAL) -> MigLayout:
         """The GPU instances of a GPU in MIG mode, scanned at most ``max_age`` seconds before ``now``."""
+        with self._mig_lock:  # the sampler and attribution threads: one scan at a time, on one cache
+            return self._mig_layout(gpu, now, max_age)
+
+    def _mig_layout(self, gpu: GpuIdentity, now: float, max_age: float) -> MigLayout:
         with self._lock:
             cached = self._mig.get(gpu.uuid)
             failed = self._mig_failed.get(gpu.uuid)
@@ -140,11 +145,12 @@ class NvmlSession:
                 self._mig[gpu.uuid] = (-math.inf, self._mig[gpu.uuid][1])
 
     def mig_placements(self, gpus: Sequence[GpuIdentity], now: float) -> dict[str, tuple[str, int]]:
-        """MIG device UUID -> (parent GPU UUID, GPU instance id), scanned afresh; unreadable GPUs left out."""
+        """MIG device UUID -> (parent GPU UUID, GPU instance id) from the layouts the session keeps (scanned
+        again when old, as for the sampler); unreadable GPUs left out."""
         placements: dict[str, tuple[str, int]] = {}
         for gpu in gpus:
             try:
-                layout = self.mig_layout(gpu, now, max_age=0.0)
+                layout = self.mig_layout(gpu, now)
             except GpuLostError:
                 continue
             for found in () if layout is None or isinstance(layout, Absent) else layout:
