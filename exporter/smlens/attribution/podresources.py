@@ -110,7 +110,7 @@ def allocations(
 
 
 class PodResourcesSource:
-    """Allocation source backed by the kubelet. ``mig_devices`` is asked afresh on every refresh."""
+    """Allocation source backed by the kubelet. ``mig_devices`` is asked on every refresh."""
 
     name = PODRESOURCES
 
