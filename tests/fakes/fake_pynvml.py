@@ -43,7 +43,9 @@ nvidia-ml-py 13.615.71 (the installed package) for what the Python binding retur
 - nvmlGpmMigSampleGet(parent, gpuInstanceId, sample): nvml.h only says "Nonzero NVML_ERROR_? enum on
   error"; the fake answers NOT_FOUND for a GPU instance that does not exist and NOT_SUPPORTED when MIG is
   off or GPM unsupported (assumed codes: smlens treats any failure alike).
-Any other pynvml function called with a MIG device handle raises AssertionError.
+Any other pynvml function called with a MIG device handle raises AssertionError. The fake hands out the
+same handle object for a MIG device on every call; nvml.h does not say whether real NVML does, and smlens
+never compares MIG handles.
 
 Older nvidia-ml-py: ``FakeNode(..., pynvml_version="12.575.51")`` leaves out of ``module`` the functions that
 version lacks (``PYNVML_LACKS``). Checked by ``pip download --no-deps nvidia-ml-py==V`` of 12.535.161,
