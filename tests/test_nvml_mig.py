@@ -38,6 +38,12 @@ def mig_node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
     )
 
 
+def acquired() -> NvmlSession:
+    session = NvmlSession()
+    session.acquire(object())
+    return session
+
+
 def layout(session: NvmlSession, gpu: GpuIdentity, now: float = 0.0, max_age: float = 10.0) -> object:
     found = session.mig_layout(gpu, now, max_age)
     return found if found is None or isinstance(found, Absent) else [f.instance for f in found]
@@ -142,8 +148,7 @@ def test_a_failed_scan_keeps_the_last_layout_and_is_retried_at_the_next_tick(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     node = mig_node(monkeypatch)
-    session = NvmlSession()
-    session.acquire(object())
+    session = acquired()
     good = layout(session, GPUS[1], now=0.0)
     node.gpu(SPLIT).errors["nvmlDeviceGetMaxMigDeviceCount"] = real.NVML_ERROR_UNKNOWN
     session.rescan_mig(GPUS[1])  # as a failed instance call asks
@@ -159,8 +164,7 @@ def test_only_not_found_means_no_mig_device_at_an_index(
 ) -> None:
     node = mig_node(monkeypatch)
     node.gpu(SPLIT).errors[function] = real.NVML_ERROR_UNKNOWN
-    session = NvmlSession()
-    session.acquire(object())
+    session = acquired()
     assert layout(session, GPUS[1]) == Absent("unknown")
 
 
@@ -179,8 +183,7 @@ def test_the_known_devices_forget_a_destroyed_instance(monkeypatch: pytest.Monke
 
 def test_placements_read_the_layout_the_sampler_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
     node = mig_node(monkeypatch)
-    session = NvmlSession()
-    session.acquire(object())
+    session = acquired()
     layout(session, GPUS[1], now=0.0)  # the sampler's tick
     asked = node.gpu(SPLIT).calls["nvmlDeviceGetMigMode"]
     assert session.mig_placements(GPUS[1:], now=1.0)["MIG-a"] == (SPLIT, 13)
