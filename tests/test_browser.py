@@ -10,6 +10,7 @@ import itertools
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,15 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+def wait_for_poll(page: Any, requested: list[str], timeout: float = 15.0) -> None:
+    """The page asks for new ticks only (``after=``) within ``timeout``: its first poll comes 2 s after
+    the first load, which on a loaded machine may already have drawn every point the test waits for."""
+    deadline = time.monotonic() + timeout
+    while not any("/api/v1/history?after=" in url for url in requested):
+        assert time.monotonic() < deadline, f"no polling request in {timeout} s: {requested}"
+        page.wait_for_timeout(200)
 
 
 def open_page(
@@ -116,7 +126,7 @@ def test_status_page_flags_hollow_gpus_draws_timelines_and_refreshes(
         timeout=8000,
     )
     assert page.evaluate("window.smlensMarker") == 42
-    assert any("/api/v1/history?after=" in url for url in requested)
+    wait_for_poll(page, requested)
     page.screenshot(path=str(tmp_path / "status.png"))
     assert (tmp_path / "status.png").stat().st_size > 10_000
 
@@ -189,6 +199,6 @@ def test_status_page_works_behind_the_web_configs_basic_auth(
         "() => [...document.querySelectorAll('path[data-series=utilization]')]"
         ".every(p => (p.getAttribute('d') || '').split('L').length > 3)"
     )
-    assert any("/api/v1/history?after=" in url for url in requested)  # polling passes the auth too
+    wait_for_poll(page, requested)  # polling passes the auth too
     assert all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
     assert errors == []

@@ -37,6 +37,17 @@ def stack(start_exporter: ExporterFactory, tmp_path: Path) -> Iterator[str]:
         yield base
 
 
+def _has_data_soon(base: str, expr: str, timeout: float = 20.0) -> bool:
+    """Data now or within ``timeout``: layers built on rates of the layer below (namespace from pod from
+    GPU) get their first samples an evaluation or two after the GPU layer."""
+    deadline = time.monotonic() + timeout
+    while not query(base, expr):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 def _by_gpu(base: str, expr: str) -> dict[str, float]:
     return {s["metric"]["gpu"]: float(s["value"][1]) for s in query(base, expr)}
 
@@ -124,7 +135,7 @@ def test_every_dashboard_query_returns_data(stack: str) -> None:
             p["title"] for p in model["panels"] if "noValue" in p.get("fieldConfig", {}).get("defaults", {})
         }
         for title, expr in panel_queries(model):
-            if not query(stack, substitute(expr, values)) and title not in says_empty:
+            if title not in says_empty and not _has_data_soon(stack, substitute(expr, values)):
                 empty.append(f"{path.name} / {title}: {expr}")
     assert not empty, "queries without data:\n" + "\n".join(empty)
 
