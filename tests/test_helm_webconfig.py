@@ -46,7 +46,7 @@ def test_web_config_from_values_is_a_file_the_exporter_accepts(tmp_path: Path) -
     config = web_config_from(yaml.safe_load(text), Path("/etc/smlens-web/web-config.yml"))
     assert config.tls is not None
     assert set(config.users) == {"prometheus"}
-    assert config.headers == {"X-Content-Type-Options": "nosniff"}
+    assert config.headers == ((b"x-content-type-options", b"nosniff"),)
 
     container = rendered.container
     assert "--web-config-file=/etc/smlens-web/web-config.yml" in container["args"]

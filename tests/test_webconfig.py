@@ -6,6 +6,7 @@ import ssl
 from pathlib import Path
 
 import bcrypt
+import h11
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -59,7 +60,7 @@ def test_node_exporter_file_with_relative_paths_loads(pki: tuple[TestCA, Path]) 
     assert config.tls.verify_mode == ssl.CERT_REQUIRED
     assert config.tls.minimum_version == ssl.TLSVersion.TLSv1_2
     assert config.users == {"prometheus": HASH.encode()}
-    assert config.headers == {"X-Frame-Options": "deny"}
+    assert config.headers == ((b"x-frame-options", b"deny"),)
     assert config.rate_per_second == pytest.approx(10.0)
     assert config.allowed_sans == frozenset({"prometheus"})
     assert directory / "server.crt" in config.watched
@@ -254,3 +255,29 @@ def test_any_file_gives_a_config_or_one_sentence(pki: tuple[TestCA, Path], data:
         load_web_config(path)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize(
+    "value", ["default-src \u2192", "a\r\nSet-Cookie: x=1", "a\nb", "a\x00b", "a\x01b", " a"]
+)
+def test_header_values_that_are_not_valid_http_are_refused(pki: tuple[TestCA, Path], value: str) -> None:
+    _, directory = pki
+    with pytest.raises(ConfigError) as caught:
+        web_config_from(
+            {"http_server_config": {"headers": {"Content-Security-Policy": value}}}, directory / "w.yml"
+        )
+    message = str(caught.value)
+    assert "http_server_config.headers: Content-Security-Policy:" in message and "\n" not in message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(max_size=30))
+def test_every_accepted_header_value_is_one_h11_sends(pki: tuple[TestCA, Path], value: str) -> None:
+    _, directory = pki
+    document = {"http_server_config": {"headers": {"Content-Security-Policy": value}}}
+    try:
+        config = web_config_from(document, directory / "w.yml")
+    except ConfigError:
+        return
+    # h11 is the library that writes the response: it raises LocalProtocolError on a bad field.
+    h11.Response(status_code=200, headers=list(config.headers))

@@ -75,10 +75,7 @@ class Guard:
             await self._app(scope, receive, send)
             return
         config = self._config()
-        extra = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in config.headers.items()
-        ]
+        extra = list(config.headers)
         if not self._allow(config):
             await _plain(send, 429, b"Too Many Requests\n", extra)
             return

@@ -67,6 +67,8 @@ ClientAuth = Literal[
 ]
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# RFC 9110 field-value: visible ASCII or obs-text, single spaces or tabs inside, nothing else (no CR/LF/NUL).
+_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
 _BCRYPT = re.compile(rb"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
 
 
@@ -131,6 +133,11 @@ class HttpServerConfig(_Strict):
                 raise ValueError(f"HTTP header {name!r} can not be configured")
             if HEADERS[name] and value not in HEADERS[name]:
                 raise ValueError(f"{name} must be one of {', '.join(HEADERS[name])}, not {value!r}")
+            if not _FIELD_VALUE.fullmatch(value):
+                raise ValueError(
+                    f"{name}: {value!r} is not a valid HTTP header value "
+                    "(visible Latin-1 characters and inner spaces only, no line breaks)"
+                )
         return headers
 
 
@@ -171,7 +178,7 @@ class WebConfig:
 
     path: Path | None
     users: Mapping[str, bytes]
-    headers: Mapping[str, str]
+    headers: tuple[tuple[bytes, bytes], ...]  # encoded once, as sent
     rate_per_second: float  # 0: no rate limit
     burst: int
     tls: ssl.SSLContext | None
@@ -179,7 +186,7 @@ class WebConfig:
     watched: tuple[Path, ...]  # files whose change means "read me again"
 
 
-PLAIN = WebConfig(None, {}, {}, 0.0, 0, None, None, ())
+PLAIN = WebConfig(None, {}, (), 0.0, 0, None, None, ())
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -341,7 +348,10 @@ def web_config_from(raw: Any, path: Path) -> WebConfig:
     return WebConfig(
         path=path,
         users={user: hashed.encode() for user, hashed in model.basic_auth_users.items()},
-        headers=dict(model.http_server_config.headers),
+        headers=tuple(
+            (name.lower().encode(), value.encode("latin-1"))
+            for name, value in model.http_server_config.headers.items()
+        ),
         rate_per_second=1.0 / seconds if seconds > 0 else 0.0,
         burst=limit.burst,
         tls=context,
