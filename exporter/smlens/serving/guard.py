@@ -76,10 +76,12 @@ class Guard:
             return
         config = self._config()
         extra = list(config.headers)
-        if not self._allow(config):
+        # The probes stay open to the kubelet (limit and auth) unless --web-protect-probes.
+        guarded = self._protect_probes or scope["path"] not in PROBES
+        if guarded and not self._allow(config):
             await _plain(send, 429, b"Too Many Requests\n", extra)
             return
-        needs_auth = config.users and (self._protect_probes or scope["path"] not in PROBES)
+        needs_auth = config.users and guarded
         if needs_auth and not await self._authorized(
             config, dict(scope["headers"]).get(b"authorization", b"")
         ):
