@@ -250,6 +250,27 @@ def test_sigterm_stops_within_5s_while_a_client_pipelines_and_never_reads(serve:
     assert "stopped; data sources closed" in served.log_text()
 
 
+def test_sigterm_while_requests_wait_on_bcrypt_logs_no_traceback(serve: Launcher, tmp_path: Path) -> None:
+    slow = bcrypt.hashpw(b"right", bcrypt.gensalt(12)).decode()
+    served = serve("--web-config-file", str(web_config(tmp_path, {"basic_auth_users": {"prometheus": slow}})))
+    wrong = base64.b64encode(b"prometheus:wrong")
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + wrong + b"\r\n\r\n"
+    clients = [socket.create_connection(("127.0.0.1", served.port), timeout=5) for _ in range(40)]
+    try:
+        for sock in clients:
+            sock.sendall(request * 20)
+        time.sleep(1.0)
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=10) == 0
+    finally:
+        for sock in clients:
+            sock.close()
+    log_text = served.log_text()
+    assert "Traceback" not in log_text and "CancelledError" not in log_text, log_text
+    assert sum("cancelled" in line for line in log_text.splitlines()) <= 1, log_text
+    assert "stopped; data sources closed" in log_text
+
+
 def read_until_closed(sock: socket.socket, timeout: float) -> float:
     """Seconds until the server closed the connection (raises if it did not within ``timeout``)."""
     started = time.monotonic()

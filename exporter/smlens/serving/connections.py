@@ -35,6 +35,14 @@ _QUIET = logging.getLogger("smlens.http")
 _QUIET.setLevel(logging.ERROR)
 
 
+def _not_cancelled(record: logging.LogRecord) -> bool:
+    """Drops uvicorn's "Exception in ASGI application" for requests cancelled at shutdown (counted there)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+_QUIET.addFilter(_not_cancelled)
+
+
 @dataclass(frozen=True)
 class Limits:
     header_timeout: float = 10.0

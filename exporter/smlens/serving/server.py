@@ -205,6 +205,7 @@ class WebServer:
         for task in list(self._state.tasks):
             task.cancel()
         if self._state.tasks:
+            log.info("%d request(s) cancelled at shutdown", len(self._state.tasks))
             await asyncio.wait(list(self._state.tasks), timeout=0.5)
 
 
