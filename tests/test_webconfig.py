@@ -168,6 +168,7 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
         ({"http_server_config": {"headers": {"Server": "x"}}}, "HTTP header 'Server' can not be configured"),
         ({"http_server_config": {"headers": {"X-Frame-Options": "allow"}}}, "X-Frame-Options must be one of"),
         ({"rate_limit": {"interval": "soon"}}, "rate_limit.interval: 'soon' is not a duration"),
+        ({"basic_auth_users": {"a\nb": 1}}, "basic_auth_users.'a\\nb': Input should be a valid string"),
         ("[1, 2]", "must be a mapping"),
         ("a: [", "is not valid YAML"),
     ],

@@ -190,7 +190,7 @@ PLAIN = WebConfig(None, {}, (), 0.0, 0, None, None, ())
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc)
+    return ".".join(part if isinstance(part, str) and part.isprintable() else repr(part) for part in loc)
 
 
 def _first_error(exc: ValidationError) -> str:
