@@ -87,7 +87,11 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
         ({"tls_server_config": {"key_file": "server.key"}}, "missing one of cert or cert_file"),
         (
             {"tls_server_config": {"cert_file": "absent.crt", "key_file": "server.key"}},
-            "tls_server_config.cert_file: cannot read",
+            "tls_server_config.cert_file: cannot read /",  # the resolved path
+        ),
+        (
+            {"tls_server_config": {"cert_file": "server.crt", "key_file": "absent.key"}},
+            "pki0/absent.key: No such file or directory.",
         ),
         (
             {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.crt"}},

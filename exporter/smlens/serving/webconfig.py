@@ -263,8 +263,9 @@ def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
         try:
             context.load_cert_chain(cert, key)
         except FileNotFoundError as exc:
-            name = "cert_file" if not Path(cert).exists() else "key_file"
-            raise ConfigError(f"{where}.{name}: cannot read {exc.filename}: {exc.strerror}.") from None
+            # ssl leaves exc.filename unset: name the file that is missing.
+            name, missing = ("cert_file", cert) if not Path(cert).exists() else ("key_file", key)
+            raise ConfigError(f"{where}.{name}: cannot read {missing}: {exc.strerror}.") from None
         except OSError as exc:
             raise ConfigError(
                 f"{where}: the certificate and key do not load as a PEM pair ({_ssl_reason(exc)})."
