@@ -82,6 +82,9 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
     ("content", "expected"),
     [
         ({"basic_auth_users": {"alice": "secret"}}, "basic_auth_users: the password of user 'alice' is not"),
+        ({"basic_auth_users": {"b": HASH + "\n"}}, "the password of user 'b' is not a bcrypt hash"),
+        ({"basic_auth_users": {"c": "$2b$99$" + HASH[7:]}}, "the password of user 'c' is not a bcrypt hash"),
+        ({"basic_auth_users": {"d": "$2b$03$" + HASH[7:]}}, "the password of user 'd' is not a bcrypt hash"),
         ({"basic_auth_user": {}}, "unknown key 'basic_auth_user'"),
         ({"tls_server_config": {"cert_file": "server.crt"}}, "missing one of key or key_file"),
         ({"tls_server_config": {"key_file": "server.key"}}, "missing one of cert or cert_file"),

@@ -69,7 +69,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # RFC 9110 field-value: visible ASCII or obs-text, single spaces or tabs inside, nothing else (no CR/LF/NUL).
 _FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
-_BCRYPT = re.compile(rb"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
+_BCRYPT = re.compile(rb"\$2[abxy]?\$(?:0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")  # bcrypt's costs: 4 to 31
 
 
 def go_duration(text: str) -> float:
@@ -164,7 +164,7 @@ class WebConfigFile(_Strict):
     @classmethod
     def _bcrypt_only(cls, users: dict[str, str]) -> dict[str, str]:
         for user, hashed in users.items():
-            if not _BCRYPT.match(hashed.encode()):
+            if not _BCRYPT.fullmatch(hashed.encode()):  # no trailing newline (YAML's |) that never matches
                 raise ValueError(
                     f"the password of user {user!r} is not a bcrypt hash (make one with "
                     '\'htpasswd -nBC 10 "" | tr -d ":\\n"\'); plaintext passwords are refused'
