@@ -86,6 +86,16 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
         ({"basic_auth_users": {"c": "$2b$99$" + HASH[7:]}}, "the password of user 'c' is not a bcrypt hash"),
         ({"basic_auth_users": {"d": "$2b$03$" + HASH[7:]}}, "the password of user 'd' is not a bcrypt hash"),
         ({"basic_auth_user": {}}, "unknown key 'basic_auth_user'"),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "server.crt",
+                    "key_file": "server.key",
+                    "client_allowed_sans": ["p"],
+                }
+            },
+            "tls_server_config.client_allowed_sans needs client certificates",
+        ),
         ({"tls_server_config": {"cert_file": "server.crt"}}, "missing one of key or key_file"),
         ({"tls_server_config": {"key_file": "server.key"}}, "missing one of cert or cert_file"),
         (
@@ -289,3 +299,15 @@ def test_every_accepted_header_value_is_one_h11_sends(pki: tuple[TestCA, Path], 
         return
     # h11 is the library that writes the response: it raises LocalProtocolError on a bad field.
     h11.Response(status_code=200, headers=list(config.headers))
+
+
+def test_empty_client_allowed_sans_means_no_check_as_in_exporter_toolkit(pki: tuple[TestCA, Path]) -> None:
+    ca, directory = pki
+    tls = {
+        "cert_file": "server.crt",
+        "key_file": "server.key",
+        "client_auth_type": "RequireAndVerifyClientCert",
+        "client_ca_file": ca.path.name,
+        "client_allowed_sans": [],
+    }
+    assert web_config_from({"tls_server_config": tls}, directory / "web.yml").allowed_sans is None

@@ -240,6 +240,10 @@ def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
     has_ca = tls.client_ca_file is not None or tls.client_ca is not None
     if has_ca and tls.client_auth_type == "NoClientCert":
         raise ConfigError(f"{where}: client CAs are configured but client_auth_type is NoClientCert.")
+    if tls.client_allowed_sans and not has_ca:  # else every connection would be closed
+        raise ConfigError(
+            f"{where}.client_allowed_sans needs client certificates: set client_auth_type and client_ca_file."
+        )
     if tls.client_auth_type != "NoClientCert" and not has_ca:
         raise ConfigError(
             f"{where}.client_auth_type {tls.client_auth_type} needs client_ca_file or client_ca."
@@ -356,7 +360,8 @@ def web_config_from(raw: Any, path: Path) -> WebConfig:
         rate_per_second=1.0 / seconds if seconds > 0 else 0.0,
         burst=limit.burst,
         tls=context,
-        allowed_sans=frozenset(tls.client_allowed_sans) if tls.client_allowed_sans is not None else None,
+        # exporter-toolkit checks the SANs only when the list is not empty.
+        allowed_sans=frozenset(tls.client_allowed_sans) if tls.client_allowed_sans else None,
         watched=watched,
     )
 
