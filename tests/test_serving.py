@@ -285,7 +285,7 @@ def read_until_closed(sock: socket.socket, timeout: float) -> float:
 
 
 def test_header_timeout_closes_silent_and_trickling_connections(serve: Launcher) -> None:
-    served = serve("--web-header-timeout", "1", "--web-idle-timeout", "2")
+    served = serve("--web-header-timeout", "1", "--web-idle-timeout", "3")
     with socket.create_connection(("127.0.0.1", served.port)) as silent:
         assert read_until_closed(silent, timeout=5) < 3
     with socket.create_connection(("127.0.0.1", served.port)) as trickler:
@@ -301,9 +301,15 @@ def test_header_timeout_closes_silent_and_trickling_connections(serve: Launcher)
         idle.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
         time.sleep(0.2)
         assert b"200 OK" in idle.recv(4096)
-        assert read_until_closed(idle, timeout=6) < 4  # the keep-alive idle timeout
+        assert 2 < read_until_closed(idle, timeout=6) < 5  # the keep-alive idle timeout
+    with socket.create_connection(("127.0.0.1", served.port)) as second:  # a served client, then a trickle
+        second.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.2)
+        assert b"200 OK" in second.recv(4096)
+        second.sendall(b"GET /metrics HTTP/1.1\r\n")
+        assert read_until_closed(second, timeout=6) < 2  # the header timeout again, not the idle one
     metrics = httpx.get(served.base + "/metrics").text
-    assert 'smlens_http_connections_closed_total{reason="header_timeout"} 2.0' in metrics
+    assert 'smlens_http_connections_closed_total{reason="header_timeout"} 3.0' in metrics
 
 
 def test_fresh_client_is_served_at_once_over_the_connection_cap(serve: Launcher) -> None:

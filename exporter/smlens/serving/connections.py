@@ -146,6 +146,7 @@ class HttpConnection(H11Protocol):
         self.requests = 0
         self._table = table
         self._deadline = _Deadline(loop, self.drop)
+        self._idle = False  # between a response and the first byte of the next request
 
     @property
     def waiting(self) -> bool:
@@ -155,16 +156,24 @@ class HttpConnection(H11Protocol):
         super().connection_made(transport)
         self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
+    def data_received(self, data: bytes) -> None:
+        if self._idle:  # a next request starts: its headers get header_timeout, not what idle_timeout left
+            self._idle = False
+            self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
+        super().data_received(data)
+
     def handle_events(self) -> None:
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:  # a complete request line and headers arrived
+            self._idle = False
             self.requests += 1
             self._deadline.arm(self._table.limits.response_timeout, "response_timeout")
 
     def on_response_complete(self) -> None:
         # Armed before the parent runs, as it may start a pipelined request that re-arms the deadline.
         self._deadline.arm(self._table.limits.idle_timeout, "idle_timeout")
+        self._idle = True
         super().on_response_complete()
 
     def send_400_response(self, msg: str) -> None:
