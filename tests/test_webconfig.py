@@ -214,6 +214,9 @@ def test_go_durations() -> None:
     assert go_duration("1m30s") == 90.0
     assert go_duration("250ms") == 0.25
     assert go_duration("0") == 0.0
+    assert go_duration(".5s") == 0.5 and go_duration("1.s") == 1.0  # as Go's time.ParseDuration
+    with pytest.raises(ValueError):
+        go_duration(".s")
     with pytest.raises(ValueError):
         go_duration("1x")
 

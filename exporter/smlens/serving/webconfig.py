@@ -65,7 +65,7 @@ ClientAuth = Literal[
     "VerifyClientCertIfGiven",
     "RequireAndVerifyClientCert",
 ]
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # RFC 9110 field-value: visible ASCII or obs-text, single spaces or tabs inside, nothing else (no CR/LF/NUL).
 _FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
