@@ -82,7 +82,8 @@ def test_page_is_three_shipped_files_and_loads_nothing_from_elsewhere() -> None:
         asset = client.get("/static/" + name)
         assert asset.status_code == 200 and asset.headers["content-type"].startswith(kind)
         assert asset.content == (STATIC / name).read_bytes()
-    assert client.get("/static/other.js").status_code == 404
+    missing = client.get("/static/<script>alert(1)<.js")
+    assert missing.status_code == 404 and "script" not in missing.text  # a 404 never echoes the name
     for path in STATIC.iterdir():
         text = path.read_text()
         # The SVG namespace is a name, not a request; any other absolute URL would be one.

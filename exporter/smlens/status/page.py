@@ -51,7 +51,7 @@ def status_router(history: History, describe: Describe) -> APIRouter:
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
         if name not in assets:
-            return Response(f"no static file {name!r}\n", status_code=404, media_type="text/plain")
+            return Response("no such static file\n", status_code=404, media_type="text/plain")
         return Response(assets[name], media_type=STATIC[name], headers=headers)
 
     # A plain function: FastAPI runs it on its thread pool, so a full window never blocks /metrics.
