@@ -22,6 +22,9 @@ import yaml
 from bench.serving_attack import basic, busy_clients
 
 from conftest import REPO, free_port, run_cli
+from smlens import thresholds
+from smlens.app import Publisher, create_app
+from smlens.status.history import History
 from tls_support import Issued, TestCA
 
 AUTH = ("prometheus", "scrape-secret")
@@ -376,7 +379,11 @@ def test_malformed_requests_are_counted_not_logged(serve: Launcher) -> None:
 
 def test_head_works_on_every_get_endpoint(serve: Launcher) -> None:
     served = serve()
-    for path in ("/", "/metrics", "/-/healthy", "/-/ready", "/api/v1/gpus"):
+    limits = thresholds.load()
+    app = create_app(Publisher(), limits, lambda: True, History(limits))  # the routes `serve` has
+    paths = {path.format(name="status.js") for path, ops in app.openapi()["paths"].items() if "get" in ops}
+    assert {"/", "/metrics", "/api/v1/history", "/static/status.js"} <= paths
+    for path in sorted(paths):
         get = httpx.get(served.base + path)
         head = httpx.head(served.base + path)
         assert (head.status_code, head.content) == (get.status_code, b""), path
