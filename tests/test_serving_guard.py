@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import bcrypt
@@ -56,3 +57,16 @@ def test_wrong_passwords_are_hashed_once_and_a_few_per_address(
     assert len(hashed) == guard.CHECKS_BURST  # "wrong" took one of the burst
     prometheus = TestClient(app, client=("127.0.0.1", 1234))
     assert prometheus.get("/metrics", auth=("prometheus", "right")).status_code == 200
+
+
+def test_a_user_name_that_is_not_utf8_is_an_unknown_user(tmp_path: Path) -> None:
+    users = {"basic_auth_users": {"\ufffd": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()}}
+    config = web_config_from(users, tmp_path / "web.yml")
+    ok = Route("/{path:path}", lambda _: PlainTextResponse("OK"))
+    client = TestClient(Guard(Starlette(routes=[ok]), lambda: config))
+
+    def auth(user: bytes) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(user + b":pw").decode()}
+
+    assert client.get("/metrics", headers=auth("\ufffd".encode())).status_code == 200
+    assert client.get("/metrics", headers=auth(b"\xff")).status_code == 401

@@ -116,9 +116,13 @@ class Guard:
         if credentials is None:
             return False
         user, password = credentials
-        known = config.users.get(user.decode("utf-8", "replace"))
+        try:
+            known = config.users.get(user.decode())
+        except UnicodeDecodeError:  # no configured name: it would match U+FFFD after a lenient decode
+            known = None
         hashed = known or _DUMMY_HASH
-        key = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
+        parts = (user, hashed, password)
+        key = hashlib.sha256(b"".join(len(p).to_bytes(4, "big") + p for p in parts)).digest()
         if key in self._verified:
             return True
         if key in self._refused or not self._may_hash(address):
