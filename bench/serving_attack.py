@@ -9,9 +9,13 @@ checkout, and optionally a baseline such as the commit before the serving layer)
 - half-open: RSS before 8,000 connections that send a partial request and trickle a byte now and then,
   at their peak, and after they close (target: back within 10 MiB of the start);
 - malformed: log lines written for 2,000 malformed requests (one connection each);
-- shutdown: seconds from SIGTERM to exit while a client pipelines requests and never reads (target < 5).
+- shutdown: seconds from SIGTERM to exit while a client pipelines requests and never reads (target < 5);
+- busy: ``--busy`` connections that keep pipelining, for ``--busy-seconds``, while a fresh client on
+  127.0.0.1 scrapes /metrics every 0.3 s; the share of its scrapes answered 200 (target: 1.00).
+  Variants: /-/healthy from one address (127.0.0.2, no web config); a wrong password from one address;
+  changing wrong passwords spread over 127.0.0.2-127.0.0.8 (basic auth with a cost-10 bcrypt hash).
 
-    python3 bench/serving_attack.py [--baseline-tree DIR] [--hold 20] [--half-open 8000]
+    python3 bench/serving_attack.py [--baseline-tree DIR] [--hold 20] [--half-open 8000] [--busy 70]
 
 A baseline tree is made with e.g. ``git archive 5cdcb91 exporter | tar -x -C /tmp/before``, then
 ``--baseline-tree /tmp/before/exporter``.
@@ -20,6 +24,7 @@ A baseline tree is made with e.g. ``git archive 5cdcb91 exporter | tar -x -C /tm
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import http.client
 import os
@@ -28,8 +33,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +61,7 @@ def rss_bytes(pid: int) -> int:
 class Exporter:
     tree: Path
     nofile: int | None = None
+    args: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     lines: int = 0
@@ -76,6 +84,7 @@ class Exporter:
                 "sim",
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                *self.args,
             ],
             env=dict(os.environ, PYTHONPATH=str(self.tree), SMLENS_LOG_LEVEL="info"),
             stdout=subprocess.DEVNULL,
@@ -96,11 +105,11 @@ class Exporter:
             self.lines += 1
             self.log_bytes += len(line)
 
-    def get(self, path: str, timeout: float) -> tuple[int, float]:
+    def get(self, path: str, timeout: float, headers: dict[str, str] | None = None) -> tuple[int, float]:
         started = time.monotonic()
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=headers or {})
             response = conn.getresponse()
             response.read()
             return response.status, time.monotonic() - started
@@ -234,15 +243,103 @@ def shutdown_with_stuck_client(tree: Path) -> dict[str, float]:
         return {"sigterm_exit_s": seconds, "requests_pipelined": float(sent)}
 
 
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def busy_clients(
+    port: int, sources: list[str], per_source: int, request: Callable[[int], bytes], seconds: float
+) -> list[threading.Thread]:
+    """Connections from each source address that pipeline 50 requests, read the answers, and connect
+    again when closed, until ``seconds`` have passed; ``request(n)`` is the n-th batch's request."""
+    until = time.monotonic() + seconds
+
+    def client(source: str) -> None:
+        batch = 0
+        while time.monotonic() < until:
+            batch += 1
+            try:
+                with socket.create_connection(("127.0.0.1", port), 2, (source, 0)) as sock:
+                    sock.settimeout(1.0)
+                    sock.sendall(request(batch) * 50)
+                    while time.monotonic() < until and sock.recv(65536):
+                        pass
+            except OSError:
+                time.sleep(0.05)
+
+    threads = [
+        threading.Thread(target=client, args=(source,), daemon=True)
+        for source in sources
+        for _ in range(per_source)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def fresh_scrapes(exporter: Exporter, seconds: float, headers: dict[str, str]) -> tuple[int, int, float]:
+    """(answered 200, tried, slowest seconds) for a fresh /metrics client every 0.3 s."""
+    ok = tried = 0
+    slowest = 0.0
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        status, wait = exporter.get("/metrics", timeout=3, headers=headers)
+        tried += 1
+        ok += status == 200
+        slowest = max(slowest, wait)
+        time.sleep(0.3)
+    return ok, tried, slowest
+
+
+def busy_attack(tree: Path, connections: int, seconds: float) -> dict[str, float]:
+    import bcrypt  # a dependency of smlens itself
+
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
+    spread = [f"127.0.0.{n}" for n in range(2, 9)]
+    variants: dict[str, tuple[bool, list[str], Callable[[int], bytes]]] = {
+        "healthy": (False, ["127.0.0.2"], lambda _: b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "wrong_password": (True, ["127.0.0.2"], lambda _: _metrics_request(basic("prom", "wrong"))),
+        "guessing_7_addresses": (True, spread, lambda n: _metrics_request(basic("prom", f"guess{n}"))),
+    }
+    results = {}
+    with tempfile.TemporaryDirectory() as directory:
+        web = Path(directory) / "web.yml"
+        web.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+        for name, (auth, sources, request) in variants.items():
+            args = ("--web-config-file", str(web)) if auth else ()
+            headers = {"Authorization": basic("prom", "right")} if auth else {}
+            with Exporter(tree, args=args) as exporter:
+                if auth:  # ready answers without credentials; wait for one good scrape too
+                    exporter.get("/metrics", timeout=5, headers=headers)
+                per_source = max(1, connections // len(sources))
+                threads = busy_clients(exporter.port, sources, per_source, request, seconds)
+                time.sleep(1.0)
+                ok, tried, slowest = fresh_scrapes(exporter, seconds - 1.5, headers)
+                for thread in threads:
+                    thread.join()
+                results[f"{name}.fresh_ok_ratio"] = ok / max(tried, 1)
+                results[f"{name}.fresh_scrapes"] = float(tried)
+                results[f"{name}.fresh_slowest_s"] = slowest
+                exporter.stop()
+    return results
+
+
+def _metrics_request(authorization: str) -> bytes:
+    return f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\n\r\n".encode()
+
+
 def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     scenarios = {
         "silent": lambda: silent_attack(tree, args.hold),
         "half_open": lambda: half_open_attack(tree, args.half_open, args.trickle_rounds),
         "malformed": lambda: malformed_flood(tree, args.malformed),
         "shutdown": lambda: shutdown_with_stuck_client(tree),
+        "busy": lambda: busy_attack(tree, args.busy, args.busy_seconds),
     }
     results = {}
     for scenario, run in scenarios.items():
+        if args.only not in (None, scenario):
+            continue
         for key, value in run().items():
             results[f"{scenario}.{key}"] = value
             print(f"  {scenario}.{key}: {value:.2f}", flush=True)
@@ -261,6 +358,11 @@ def main() -> int:
     parser.add_argument("--half-open", type=int, default=8000, help="half-open connections")
     parser.add_argument("--trickle-rounds", type=int, default=5, help="one byte per connection per second")
     parser.add_argument("--malformed", type=int, default=2000, help="malformed requests")
+    parser.add_argument("--busy", type=int, default=70, help="busy pipelining connections")
+    parser.add_argument("--busy-seconds", type=float, default=10.0, help="seconds each busy variant runs")
+    parser.add_argument(
+        "--only", choices=["silent", "half_open", "malformed", "shutdown", "busy"], help="one scenario"
+    )
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < args.half_open + 100:

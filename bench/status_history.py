@@ -6,7 +6,10 @@ Measures, in one run, on the simulated node:
 - the time ``History.record`` (the sampler's listener) takes per tick, as a share of a sampling tick
   (sim backend: the cheapest tick there is, so the share is an upper bound), and the time of one full
   ``/api/v1/history`` answer's window copy (off the sampler thread; the listener waits only for the
-  array slices taken under the lock).
+  array slices taken under the lock);
+- the whole ``/api/v1/history`` answer (window, JSON, HTTP through the application in process) for 8
+  and 64 GPUs with a full ring: bytes and milliseconds of the first answer, and how many answers a
+  client needs for the full window, capped (``MAX_VALUES_PER_ANSWER``) and, for comparison, uncapped.
 
     PYTHONPATH=exporter python3 bench/status_history.py [--interval 1.0] [--ticks 1000]
 """
@@ -76,6 +79,33 @@ def listener_share(gpus: int, interval: float, ticks: int) -> tuple[float, float
     return tick_seconds, record_seconds, (time.perf_counter() - started) / copies
 
 
+def answer_cost(gpus: int, interval: float, cap: int) -> tuple[int, float, int]:
+    """(bytes of the first answer, seconds per answer, answers for the full window) with ``cap``."""
+    from fastapi.testclient import TestClient
+
+    from smlens.app import Publisher, create_app
+    from smlens.status import page
+
+    sampler, history, now = node(gpus, interval)
+    tick(sampler, now, round(WINDOW_SECONDS / interval) + 10)
+    client = TestClient(create_app(Publisher(), thresholds.load(), lambda: True, history))
+    page.MAX_VALUES_PER_ANSWER = cap  # type: ignore[misc]  # the handler reads it per request
+    client.get("/-/healthy")  # warm up: the first request sets up the client
+    try:
+        answers, params, first, started = 0, {}, 0, time.perf_counter()
+        while True:
+            response = client.get("/api/v1/history", params=params)
+            body = response.json()
+            first = first or len(response.content)
+            answers += 1
+            if not body["more"]:
+                break
+            params = {"after": body["sequences"][-1]}
+        return first, (time.perf_counter() - started) / answers, answers
+    finally:
+        page.MAX_VALUES_PER_ANSWER = history_module.MAX_VALUES_PER_ANSWER  # type: ignore[misc]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--interval", type=float, default=1.0)
@@ -99,6 +129,13 @@ def main() -> None:
     print(
         f"  one full-window copy for /api/v1/history: {window * 1e3:,.1f} ms = {window / tick:,.1f} sim ticks"
     )
+    for label, cap in (("capped", history_module.MAX_VALUES_PER_ANSWER), ("uncapped", 10**12)):
+        for gpus in (8, 64):
+            size, seconds, answers = answer_cost(gpus, args.interval, cap)
+            print(
+                f"/api/v1/history {label}, {gpus:>2} GPUs, full ring: first answer {size:,} bytes, "
+                f"{seconds * 1e3:,.1f} ms per answer, {answers} answer(s) for the window"
+            )
 
 
 if __name__ == "__main__":

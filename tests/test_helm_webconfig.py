@@ -46,7 +46,7 @@ def test_web_config_from_values_is_a_file_the_exporter_accepts(tmp_path: Path) -
     config = web_config_from(yaml.safe_load(text), Path("/etc/smlens-web/web-config.yml"))
     assert config.tls is not None
     assert set(config.users) == {"prometheus"}
-    assert config.headers == {"X-Content-Type-Options": "nosniff"}
+    assert config.headers == ((b"x-content-type-options", b"nosniff"),)
 
     container = rendered.container
     assert "--web-config-file=/etc/smlens-web/web-config.yml" in container["args"]
@@ -142,6 +142,25 @@ def test_network_policy_admits_only_prometheus_on_the_port() -> None:
     (rule,) = policy["ingress"]
     assert rule["ports"] == [{"port": 10132, "protocol": "TCP"}]
     assert rule["from"] == [
-        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
     ]
     assert "NetworkPolicy smlens admits only these peers" in rendered.notes
+    assert f'"kubernetes.io/metadata.name":"{NAMESPACE}"' in rendered.notes
+
+
+def test_network_policy_names_the_prometheus_namespace_and_refuses_an_empty_from() -> None:
+    values = {"networkPolicy": {"enabled": True, "prometheusNamespace": "kps"}}
+    (peer,) = render(values).one("NetworkPolicy")["spec"]["ingress"][0]["from"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kps"}}
+    own = [{"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    assert (
+        render({"networkPolicy": {"enabled": True, "from": own}}).one("NetworkPolicy")["spec"]["ingress"][0][
+            "from"
+        ]
+        == own
+    )
+    with pytest.raises(helm_python.HelmValuesError):  # in Kubernetes an empty from admits every source
+        render({"networkPolicy": {"enabled": True, "from": []}})

@@ -18,7 +18,7 @@ from smlens.config import resolve
 from smlens.model import GpuIdentity, Reading
 from smlens.sampler import Sampler
 from smlens.status import history as history_module
-from smlens.status.history import History
+from smlens.status.history import MAX_VALUES_PER_ANSWER, History
 
 LIMITS = thresholds.load()
 STATIC = Path(history_module.__file__).parent / "static"
@@ -82,7 +82,8 @@ def test_page_is_three_shipped_files_and_loads_nothing_from_elsewhere() -> None:
         asset = client.get("/static/" + name)
         assert asset.status_code == 200 and asset.headers["content-type"].startswith(kind)
         assert asset.content == (STATIC / name).read_bytes()
-    assert client.get("/static/other.js").status_code == 404
+    missing = client.get("/static/<script>alert(1)<.js")
+    assert missing.status_code == 404 and "script" not in missing.text  # a 404 never echoes the name
     for path in STATIC.iterdir():
         text = path.read_text()
         # The SVG namespace is a name, not a request; any other absolute URL would be one.
@@ -168,3 +169,16 @@ def test_ring_memory_is_fixed_once_allocated() -> None:
     expected = history.capacity * (8 + 8 + 8 * (4 * 4 + 1))  # sequence, time; 8 GPUs: 4 float32 + verdict
     assert expected <= allocated <= expected + 1024
     assert full == allocated
+
+
+def test_history_answers_are_capped_and_continue_where_they_stopped() -> None:
+    sampler, _, _, client, clock = node(Scenario.steady(64))
+    run(sampler, clock, 300)
+    pages = [client.get("/api/v1/history").json()]
+    while pages[-1]["more"]:
+        pages.append(client.get("/api/v1/history", params={"after": pages[-1]["sequences"][-1]}).json())
+    per_page = MAX_VALUES_PER_ANSWER // 64
+    assert [len(p["sequences"]) for p in pages] == [per_page] * (300 // per_page) + [300 % per_page]
+    assert [s for p in pages for s in p["sequences"]] == list(range(1, 301))
+    assert pages[0]["reset"] and not any(p["reset"] for p in pages[1:])
+    assert all(len(g["timeline"]["verdict"]) == len(p["sequences"]) for p in pages for g in p["gpus"])

@@ -6,6 +6,7 @@ import ssl
 from pathlib import Path
 
 import bcrypt
+import h11
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -59,7 +60,7 @@ def test_node_exporter_file_with_relative_paths_loads(pki: tuple[TestCA, Path]) 
     assert config.tls.verify_mode == ssl.CERT_REQUIRED
     assert config.tls.minimum_version == ssl.TLSVersion.TLSv1_2
     assert config.users == {"prometheus": HASH.encode()}
-    assert config.headers == {"X-Frame-Options": "deny"}
+    assert config.headers == ((b"x-frame-options", b"deny"),)
     assert config.rate_per_second == pytest.approx(10.0)
     assert config.allowed_sans == frozenset({"prometheus"})
     assert directory / "server.crt" in config.watched
@@ -81,12 +82,29 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
     ("content", "expected"),
     [
         ({"basic_auth_users": {"alice": "secret"}}, "basic_auth_users: the password of user 'alice' is not"),
+        ({"basic_auth_users": {"b": HASH + "\n"}}, "the password of user 'b' is not a bcrypt hash"),
+        ({"basic_auth_users": {"c": "$2b$99$" + HASH[7:]}}, "the password of user 'c' is not a bcrypt hash"),
+        ({"basic_auth_users": {"d": "$2b$03$" + HASH[7:]}}, "the password of user 'd' is not a bcrypt hash"),
         ({"basic_auth_user": {}}, "unknown key 'basic_auth_user'"),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "server.crt",
+                    "key_file": "server.key",
+                    "client_allowed_sans": ["p"],
+                }
+            },
+            "tls_server_config.client_allowed_sans needs client certificates",
+        ),
         ({"tls_server_config": {"cert_file": "server.crt"}}, "missing one of key or key_file"),
         ({"tls_server_config": {"key_file": "server.key"}}, "missing one of cert or cert_file"),
         (
             {"tls_server_config": {"cert_file": "absent.crt", "key_file": "server.key"}},
-            "tls_server_config.cert_file: cannot read",
+            "tls_server_config.cert_file: cannot read /",  # the resolved path
+        ),
+        (
+            {"tls_server_config": {"cert_file": "server.crt", "key_file": "absent.key"}},
+            "pki0/absent.key: No such file or directory.",
         ),
         (
             {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.crt"}},
@@ -167,6 +185,7 @@ def test_inline_cert_and_key_load(pki: tuple[TestCA, Path], tmp_path: Path) -> N
         ({"http_server_config": {"headers": {"Server": "x"}}}, "HTTP header 'Server' can not be configured"),
         ({"http_server_config": {"headers": {"X-Frame-Options": "allow"}}}, "X-Frame-Options must be one of"),
         ({"rate_limit": {"interval": "soon"}}, "rate_limit.interval: 'soon' is not a duration"),
+        ({"basic_auth_users": {"a\nb": 1}}, "basic_auth_users.'a\\nb': Input should be a valid string"),
         ("[1, 2]", "must be a mapping"),
         ("a: [", "is not valid YAML"),
     ],
@@ -195,6 +214,9 @@ def test_go_durations() -> None:
     assert go_duration("1m30s") == 90.0
     assert go_duration("250ms") == 0.25
     assert go_duration("0") == 0.0
+    assert go_duration(".5s") == 0.5 and go_duration("1.s") == 1.0  # as Go's time.ParseDuration
+    with pytest.raises(ValueError):
+        go_duration(".s")
     with pytest.raises(ValueError):
         go_duration("1x")
 
@@ -254,3 +276,41 @@ def test_any_file_gives_a_config_or_one_sentence(pki: tuple[TestCA, Path], data:
         load_web_config(path)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize(
+    "value", ["default-src \u2192", "a\r\nSet-Cookie: x=1", "a\nb", "a\x00b", "a\x01b", " a"]
+)
+def test_header_values_that_are_not_valid_http_are_refused(pki: tuple[TestCA, Path], value: str) -> None:
+    _, directory = pki
+    with pytest.raises(ConfigError) as caught:
+        web_config_from(
+            {"http_server_config": {"headers": {"Content-Security-Policy": value}}}, directory / "w.yml"
+        )
+    message = str(caught.value)
+    assert "http_server_config.headers: Content-Security-Policy:" in message and "\n" not in message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(max_size=30))
+def test_every_accepted_header_value_is_one_h11_sends(pki: tuple[TestCA, Path], value: str) -> None:
+    _, directory = pki
+    document = {"http_server_config": {"headers": {"Content-Security-Policy": value}}}
+    try:
+        config = web_config_from(document, directory / "w.yml")
+    except ConfigError:
+        return
+    # h11 is the library that writes the response: it raises LocalProtocolError on a bad field.
+    h11.Response(status_code=200, headers=list(config.headers))
+
+
+def test_empty_client_allowed_sans_means_no_check_as_in_exporter_toolkit(pki: tuple[TestCA, Path]) -> None:
+    ca, directory = pki
+    tls = {
+        "cert_file": "server.crt",
+        "key_file": "server.key",
+        "client_auth_type": "RequireAndVerifyClientCert",
+        "client_ca_file": ca.path.name,
+        "client_allowed_sans": [],
+    }
+    assert web_config_from({"tls_server_config": tls}, directory / "web.yml").allowed_sans is None

@@ -302,7 +302,8 @@ class ServeSettings(SourceSettings):
     web_max_connections: int = option(
         _number(int, 4, 10000),
         64,
-        "most open connections (oldest idle dropped)",
+        "most open connections; one client address may hold an eighth (at least 4), "
+        "a new one replaces the least useful",
         SERVE,
         metavar="N",
     )

@@ -3,10 +3,12 @@
 Each connection is in one of three states, each with its own deadline, after which it is aborted:
 waiting for its first request (``header_timeout``: the request line and headers must be complete),
 answering a request (``response_timeout``: a client that never reads cannot hold it), and idle
-between requests (``idle_timeout``). The table of open connections has a cap; a connection over the
-cap makes room by dropping the oldest connection that is waiting for a request (never-served ones
-first), and is itself closed at once when every open connection is busy answering. So a fresh
-client never waits behind silent ones, and memory stays bounded whatever clients do.
+between requests (``idle_timeout``). The table of open connections has a cap, and each client
+address a share of it (``per_address``). A new connection is always admitted: over its address's
+share it replaces that address's own least useful connection; over the cap it replaces the least
+useful connection of the address holding the most. Least useful: waiting for a request and never
+served, then waiting, then the oldest busy one. So one address cannot fill the table, a fresh client
+never waits behind silent or busy ones, and memory stays bounded whatever clients do.
 
 The HTTP/1.1 protocol is uvicorn's h11 protocol with these hooks added; TLS is started per
 connection (``loop.start_tls``) with the context in force at accept time, so a reloaded certificate
@@ -19,6 +21,7 @@ import asyncio
 import ipaddress
 import logging
 import ssl
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,12 +38,25 @@ _QUIET = logging.getLogger("smlens.http")
 _QUIET.setLevel(logging.ERROR)
 
 
+def _not_cancelled(record: logging.LogRecord) -> bool:
+    """Drops uvicorn's "Exception in ASGI application" for requests cancelled at shutdown (counted there)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+_QUIET.addFilter(_not_cancelled)
+
+
 @dataclass(frozen=True)
 class Limits:
     header_timeout: float = 10.0
     idle_timeout: float = 60.0
     response_timeout: float = 60.0
     max_connections: int = 64
+
+    @property
+    def per_address(self) -> int:
+        """Connections one client address may hold: an eighth of the cap, at least 4."""
+        return min(self.max_connections, max(4, self.max_connections // 8))
 
 
 class Tracked(Protocol):
@@ -53,12 +69,12 @@ class Tracked(Protocol):
 
 
 class ConnectionTable:
-    """The open connections, oldest first."""
+    """The open connections, oldest first, with their client addresses."""
 
     def __init__(self, limits: Limits, stats: ServingStats) -> None:
         self.limits = limits
         self.stats = stats
-        self._open: dict[Tracked, None] = {}
+        self._open: dict[Tracked, str] = {}
 
     def __len__(self) -> int:
         return len(self._open)
@@ -66,26 +82,40 @@ class ConnectionTable:
     def __iter__(self) -> Iterator[Tracked]:
         return iter(list(self._open))  # a copy: dropping a connection while iterating removes it
 
-    def admit(self, conn: Tracked) -> bool:
-        """Adds a new connection, making room if needed; False: it must be closed at once."""
-        if len(self._open) >= self.limits.max_connections:
+    def admit(self, conn: Tracked, address: str) -> None:
+        """Adds a new connection, first dropping another to keep the address's share and the cap."""
+        mine = [c for c, a in self._open.items() if a == address]
+        if len(mine) >= self.limits.per_address:
+            _least_useful(mine).drop("per_address")
+        elif len(self._open) >= self.limits.max_connections:
+            counts = Counter(self._open.values())
             waiting = [c for c in self._open if c.waiting]
-            victim = next((c for c in waiting if c.requests == 0), None) or next(iter(waiting), None)
-            if victim is None:
-                self.stats.closed["over_capacity"] += 1
-                return False
-            victim.drop("evicted")
-        self._open[conn] = None
+            if waiting:
+                _least_useful(waiting).drop("evicted")
+            else:
+                busiest = max(counts, key=counts.__getitem__)  # first of the largest, in age order
+                _least_useful([c for c, a in self._open.items() if a == busiest]).drop("evicted")
+        self._open[conn] = address
         self.stats.open_connections = len(self._open)
-        return True
 
     def replace(self, old: Tracked, new: Tracked) -> None:
-        self._open.pop(old, None)
-        self._open[new] = None
+        if old in self._open:
+            self._open[new] = self._open.pop(old)
 
     def remove(self, conn: Tracked) -> None:
         self._open.pop(conn, None)
         self.stats.open_connections = len(self._open)
+
+
+def _least_useful(conns: list[Tracked]) -> Tracked:
+    """Never served and waiting, then waiting, then the oldest (``conns`` is oldest first)."""
+    waiting = [c for c in conns if c.waiting]
+    return next((c for c in waiting if c.requests == 0), None) or next(iter(waiting), conns[0])
+
+
+def peer_address(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
 class _Deadline:
@@ -116,6 +146,7 @@ class HttpConnection(H11Protocol):
         self.requests = 0
         self._table = table
         self._deadline = _Deadline(loop, self.drop)
+        self._idle = False  # between a response and the first byte of the next request
 
     @property
     def waiting(self) -> bool:
@@ -125,16 +156,24 @@ class HttpConnection(H11Protocol):
         super().connection_made(transport)
         self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
+    def data_received(self, data: bytes) -> None:
+        if self._idle:  # a next request starts: its headers get header_timeout, not what idle_timeout left
+            self._idle = False
+            self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
+        super().data_received(data)
+
     def handle_events(self) -> None:
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:  # a complete request line and headers arrived
+            self._idle = False
             self.requests += 1
             self._deadline.arm(self._table.limits.response_timeout, "response_timeout")
 
     def on_response_complete(self) -> None:
         # Armed before the parent runs, as it may start a pipelined request that re-arms the deadline.
         self._deadline.arm(self._table.limits.idle_timeout, "idle_timeout")
+        self._idle = True
         super().on_response_complete()
 
     def send_400_response(self, msg: str) -> None:
@@ -212,9 +251,7 @@ class TlsGate(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        if not self._table.admit(self):
-            transport.abort()
-            return
+        self._table.admit(self, peer_address(transport))
         self._task = self._loop.create_task(self._handshake(transport))
 
     def connection_lost(self, exc: Exception | None) -> None:

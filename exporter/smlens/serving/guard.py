@@ -21,6 +21,10 @@ from smlens.serving.webconfig import WebConfig, check_password
 
 PROBES = frozenset({"/-/healthy", "/-/ready"})
 CACHE_SIZE = 100  # successful (user, hash, password) checks remembered, as exporter-toolkit does
+# bcrypt is deterministic, so a failed (user, hash, password) fails again: remembered, it costs no hash.
+REFUSED_CACHE_SIZE = 1024
+# Hashes one client address may ask for (wrong passwords that are not in the cache), then 401 at once.
+CHECKS_PER_SECOND, CHECKS_BURST, ADDRESSES = 1.0, 5, 1024
 # exporter-toolkit's hash for unknown users, so that an unknown name costs as much as a wrong password.
 _DUMMY_HASH = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 
@@ -67,6 +71,8 @@ class Guard:
         self._protect_probes = protect_probes
         self._clock = clock
         self._verified: OrderedDict[bytes, None] = OrderedDict()
+        self._refused: OrderedDict[bytes, None] = OrderedDict()
+        self._checks: OrderedDict[str, _TokenBucket] = OrderedDict()
         self._bcrypt = asyncio.Lock()  # one bcrypt hash at a time, as exporter-toolkit does
         self._bucket: tuple[WebConfig, _TokenBucket] | None = None
 
@@ -75,16 +81,16 @@ class Guard:
             await self._app(scope, receive, send)
             return
         config = self._config()
-        extra = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in config.headers.items()
-        ]
-        if not self._allow(config):
+        extra = list(config.headers)
+        # The probes stay open to the kubelet (limit and auth) unless --web-protect-probes.
+        guarded = self._protect_probes or scope["path"] not in PROBES
+        if guarded and not self._allow(config):
             await _plain(send, 429, b"Too Many Requests\n", extra)
             return
-        needs_auth = config.users and (self._protect_probes or scope["path"] not in PROBES)
+        needs_auth = config.users and guarded
+        client = scope.get("client")
         if needs_auth and not await self._authorized(
-            config, dict(scope["headers"]).get(b"authorization", b"")
+            config, dict(scope["headers"]).get(b"authorization", b""), client[0] if client else ""
         ):
             await _plain(send, 401, b"Unauthorized\n", [*extra, (b"www-authenticate", b"Basic")])
             return
@@ -105,24 +111,40 @@ class Guard:
             self._bucket = (config, _TokenBucket(config.rate_per_second, config.burst, self._clock))
         return self._bucket[1].allow()
 
-    async def _authorized(self, config: WebConfig, header: bytes) -> bool:
+    async def _authorized(self, config: WebConfig, header: bytes, address: str) -> bool:
         credentials = basic_credentials(header)
         if credentials is None:
             return False
         user, password = credentials
-        known = config.users.get(user.decode("utf-8", "replace"))
+        try:
+            known = config.users.get(user.decode())
+        except UnicodeDecodeError:  # no configured name: it would match U+FFFD after a lenient decode
+            known = None
         hashed = known or _DUMMY_HASH
-        key = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
+        parts = (user, hashed, password)
+        key = hashlib.sha256(b"".join(len(p).to_bytes(4, "big") + p for p in parts)).digest()
         if key in self._verified:
             return True
+        if key in self._refused or not self._may_hash(address):
+            return False
         async with self._bcrypt:
             ok = await asyncio.to_thread(check_password, hashed, password)
-        if ok and known is not None:
-            self._verified[key] = None
-            if len(self._verified) > CACHE_SIZE:
-                self._verified.popitem(last=False)
-            return True
-        return False
+        ok = ok and known is not None
+        _remember(self._verified if ok else self._refused, key, CACHE_SIZE if ok else REFUSED_CACHE_SIZE)
+        return ok
+
+    def _may_hash(self, address: str) -> bool:
+        bucket = self._checks.pop(address, None) or _TokenBucket(CHECKS_PER_SECOND, CHECKS_BURST, self._clock)
+        self._checks[address] = bucket  # most recent last
+        if len(self._checks) > ADDRESSES:
+            self._checks.popitem(last=False)
+        return bucket.allow()
+
+
+def _remember(cache: OrderedDict[bytes, None], key: bytes, size: int) -> None:
+    cache[key] = None
+    if len(cache) > size:
+        cache.popitem(last=False)
 
 
 async def _plain(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

@@ -21,7 +21,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from smlens.errors import SmlensError
-from smlens.serving.connections import ConnectionTable, HttpConnection, Limits, TlsGate
+from smlens.serving.connections import ConnectionTable, HttpConnection, Limits, TlsGate, peer_address
 from smlens.serving.guard import Guard
 from smlens.serving.stats import ServingStats
 from smlens.serving.webconfig import PLAIN, WebConfig, load_web_config
@@ -205,6 +205,7 @@ class WebServer:
         for task in list(self._state.tasks):
             task.cancel()
         if self._state.tasks:
+            log.info("%d request(s) cancelled at shutdown", len(self._state.tasks))
             await asyncio.wait(list(self._state.tasks), timeout=0.5)
 
 
@@ -226,8 +227,6 @@ class _AdmittedHttp(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if not self._table.admit(self._http):
-            transport.abort()
-            return
+        self._table.admit(self._http, peer_address(transport))
         transport.set_protocol(self._http)
         self._http.connection_made(transport)

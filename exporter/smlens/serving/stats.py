@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CLOSE_REASONS = (
-    "over_capacity",  # the table was full of busy connections: the new one was closed at once
-    "evicted",  # dropped to make room: the oldest connection that was waiting for a request
+    "per_address",  # dropped to keep its client address within its share of --web-max-connections
+    "evicted",  # dropped to make room under --web-max-connections (see connections.ConnectionTable)
     "header_timeout",  # no complete request within --web-header-timeout
     "idle_timeout",  # keep-alive connection idle past --web-idle-timeout
     "response_timeout",  # the client did not take the response in time

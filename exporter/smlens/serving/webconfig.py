@@ -65,9 +65,11 @@ ClientAuth = Literal[
     "VerifyClientCertIfGiven",
     "RequireAndVerifyClientCert",
 ]
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_BCRYPT = re.compile(rb"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
+# RFC 9110 field-value: visible ASCII or obs-text, single spaces or tabs inside, nothing else (no CR/LF/NUL).
+_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
+_BCRYPT = re.compile(rb"\$2[abxy]?\$(?:0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")  # bcrypt's costs: 4 to 31
 
 
 def go_duration(text: str) -> float:
@@ -131,6 +133,11 @@ class HttpServerConfig(_Strict):
                 raise ValueError(f"HTTP header {name!r} can not be configured")
             if HEADERS[name] and value not in HEADERS[name]:
                 raise ValueError(f"{name} must be one of {', '.join(HEADERS[name])}, not {value!r}")
+            if not _FIELD_VALUE.fullmatch(value):
+                raise ValueError(
+                    f"{name}: {value!r} is not a valid HTTP header value "
+                    "(visible Latin-1 characters and inner spaces only, no line breaks)"
+                )
         return headers
 
 
@@ -157,7 +164,7 @@ class WebConfigFile(_Strict):
     @classmethod
     def _bcrypt_only(cls, users: dict[str, str]) -> dict[str, str]:
         for user, hashed in users.items():
-            if not _BCRYPT.match(hashed.encode()):
+            if not _BCRYPT.fullmatch(hashed.encode()):  # no trailing newline (YAML's |) that never matches
                 raise ValueError(
                     f"the password of user {user!r} is not a bcrypt hash (make one with "
                     '\'htpasswd -nBC 10 "" | tr -d ":\\n"\'); plaintext passwords are refused'
@@ -171,7 +178,7 @@ class WebConfig:
 
     path: Path | None
     users: Mapping[str, bytes]
-    headers: Mapping[str, str]
+    headers: tuple[tuple[bytes, bytes], ...]  # encoded once, as sent
     rate_per_second: float  # 0: no rate limit
     burst: int
     tls: ssl.SSLContext | None
@@ -179,11 +186,11 @@ class WebConfig:
     watched: tuple[Path, ...]  # files whose change means "read me again"
 
 
-PLAIN = WebConfig(None, {}, {}, 0.0, 0, None, None, ())
+PLAIN = WebConfig(None, {}, (), 0.0, 0, None, None, ())
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc)
+    return ".".join(part if isinstance(part, str) and part.isprintable() else repr(part) for part in loc)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -233,6 +240,10 @@ def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
     has_ca = tls.client_ca_file is not None or tls.client_ca is not None
     if has_ca and tls.client_auth_type == "NoClientCert":
         raise ConfigError(f"{where}: client CAs are configured but client_auth_type is NoClientCert.")
+    if tls.client_allowed_sans and not has_ca:  # else every connection would be closed
+        raise ConfigError(
+            f"{where}.client_allowed_sans needs client certificates: set client_auth_type and client_ca_file."
+        )
     if tls.client_auth_type != "NoClientCert" and not has_ca:
         raise ConfigError(
             f"{where}.client_auth_type {tls.client_auth_type} needs client_ca_file or client_ca."
@@ -256,8 +267,9 @@ def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
         try:
             context.load_cert_chain(cert, key)
         except FileNotFoundError as exc:
-            name = "cert_file" if not Path(cert).exists() else "key_file"
-            raise ConfigError(f"{where}.{name}: cannot read {exc.filename}: {exc.strerror}.") from None
+            # ssl leaves exc.filename unset: name the file that is missing.
+            name, missing = ("cert_file", cert) if not Path(cert).exists() else ("key_file", key)
+            raise ConfigError(f"{where}.{name}: cannot read {missing}: {exc.strerror}.") from None
         except OSError as exc:
             raise ConfigError(
                 f"{where}: the certificate and key do not load as a PEM pair ({_ssl_reason(exc)})."
@@ -341,11 +353,15 @@ def web_config_from(raw: Any, path: Path) -> WebConfig:
     return WebConfig(
         path=path,
         users={user: hashed.encode() for user, hashed in model.basic_auth_users.items()},
-        headers=dict(model.http_server_config.headers),
+        headers=tuple(
+            (name.lower().encode(), value.encode("latin-1"))
+            for name, value in model.http_server_config.headers.items()
+        ),
         rate_per_second=1.0 / seconds if seconds > 0 else 0.0,
         burst=limit.burst,
         tls=context,
-        allowed_sans=frozenset(tls.client_allowed_sans) if tls.client_allowed_sans is not None else None,
+        # exporter-toolkit checks the SANs only when the list is not empty.
+        allowed_sans=frozenset(tls.client_allowed_sans) if tls.client_allowed_sans else None,
         watched=watched,
     )
 

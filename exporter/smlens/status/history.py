@@ -25,6 +25,9 @@ WINDOW_SECONDS = 15 * 60
 # The timeline's lines: utilization and SM active bold, occupancy and tensor lighter.
 SERIES = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE)
 _INDEX = {code: i for i, code in enumerate(n.VERDICT_CODES)}
+# GPU-ticks one /api/v1/history answer carries at most (the oldest first; ``more`` says the rest waits):
+# 16 GPUs' full window at 1 s, about 30 ms of JSON here. docs/status-page.md has the figures.
+MAX_VALUES_PER_ANSWER = 16 * 900
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Window:
 
     snapshot: Snapshot
     reset: bool  # the points do not continue the caller's: it must drop what it holds
+    more: bool  # newer points wait for the next call (after the last of these sequences)
     sequences: list[int]
     times: list[float]
     series: list[dict[str, list[float | None]]]  # per GPU, per SERIES key
@@ -108,8 +112,9 @@ class History:
         head = (self._count % self._capacity) * width
         return values[head:] + values[:head]
 
-    def window(self, after: int | None = None) -> Window | None:
-        """The points after sequence ``after`` (all of them when None); None before the first tick.
+    def window(self, after: int | None = None, max_values: int | None = None) -> Window | None:
+        """The points after sequence ``after`` (all of them when None), at most ``max_values`` GPU-ticks
+        of them, oldest first; None before the first tick.
 
         Only the copies of the ring's arrays happen under the lock (C-level slices); the listener
         never waits for the conversion to lists."""
@@ -125,6 +130,7 @@ class History:
         # Points the caller lacks; all of them when its points are gone or come from an earlier run.
         reset = after is None or not first - 1 <= after <= last
         skip = 0 if reset or after is None else after - first + 1
+        end = len(sequences) if max_values is None else min(len(sequences), skip + max(1, max_values // gpus))
         stride = gpus * len(SERIES)
         series: list[dict[str, list[float | None]]] = []
         verdicts: list[list[str]] = []
@@ -134,19 +140,20 @@ class History:
                 {
                     key: [
                         None if v != v else round(v, 4)
-                        for v in values[(skip * gpus + gpu) * len(SERIES) + j :: stride]
+                        for v in values[(skip * gpus + gpu) * len(SERIES) + j : end * stride : stride]
                     ]
                     for j, key in enumerate(SERIES)
                 }
             )
             column = codes[gpu::gpus].tolist()
-            verdicts.append([n.VERDICT_CODES[c] for c in column[skip:]])
+            verdicts.append([n.VERDICT_CODES[c] for c in column[skip:end]])
             since.append(times[_run_start(column)])
         return Window(
             snapshot=snapshot,
             reset=reset,
-            sequences=sequences[skip:].tolist(),
-            times=times[skip:].tolist(),
+            more=end < len(sequences),
+            sequences=sequences[skip:end].tolist(),
+            times=times[skip:end].tolist(),
             series=series,
             verdicts=verdicts,
             verdict_since=since,

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from smlens import __version__
 from smlens.model import GpuState
-from smlens.status.history import SERIES, History, owners
+from smlens.status.history import MAX_VALUES_PER_ANSWER, SERIES, History, owners
 
 # Same-origin only: the page must work on an air-gapped cluster and must not leak node data.
 CSP = (
@@ -51,7 +51,7 @@ def status_router(history: History, describe: Describe) -> APIRouter:
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
         if name not in assets:
-            return Response(f"no static file {name!r}\n", status_code=404, media_type="text/plain")
+            return Response("no such static file\n", status_code=404, media_type="text/plain")
         return Response(assets[name], media_type=STATIC[name], headers=headers)
 
     # A plain function: FastAPI runs it on its thread pool, so a full window never blocks /metrics.
@@ -59,7 +59,7 @@ def status_router(history: History, describe: Describe) -> APIRouter:
     def history_json(
         after: int | None = Query(None, ge=0, description="sequence of the newest point the caller holds"),
     ) -> Response:
-        window = history.window(after)
+        window = history.window(after, MAX_VALUES_PER_ANSWER)
         if window is None:
             return JSONResponse({"error": "no complete sample yet"}, status_code=503)
         snap = window.snapshot
@@ -73,6 +73,7 @@ def status_router(history: History, describe: Describe) -> APIRouter:
                 "interval_seconds": snap.interval_seconds,
                 "window_seconds": history.window_seconds,
                 "reset": window.reset,
+                "more": window.more,
                 "series": list(SERIES),
                 "sequences": window.sequences,
                 "times": window.times,

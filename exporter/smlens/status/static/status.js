@@ -185,7 +185,7 @@
       state.times.splice(0, drop);
       for (const entry of state.gpus.values()) for (const key in entry.tl) entry.tl[key].splice(0, drop);
     }
-    state.seq = data.sequence;
+    state.seq = data.sequences.length ? data.sequences[data.sequences.length - 1] : data.sequence;
   }
 
   function render(data) {
@@ -210,6 +210,7 @@
   }
 
   async function poll() {
+    let more = false;
     try {
       const response = await fetch(state.seq === null ? "api/v1/history" : "api/v1/history?after=" + state.seq,
         { cache: "no-store", headers: { Accept: "application/json" } });
@@ -217,13 +218,14 @@
       if (!response.ok) throw new Error(data.error || "HTTP " + response.status);
       merge(data);
       render(data);
+      more = data.more;  // a capped answer: fetch the rest at once
       const stale = data.age_seconds > Math.max(3 * data.interval_seconds, 5);
       status((stale ? "Sampling stalled: latest sample " : "Updated ") + clock(data.taken_at) +
         " (sample " + data.sequence + ").", stale);
     } catch (error) {
       status("Cannot reach the exporter: " + error.message + "; retrying.", true);
     } finally {
-      setTimeout(poll, POLL_MS);
+      setTimeout(poll, more ? 0 : POLL_MS);
     }
   }
 
