@@ -279,7 +279,7 @@ def test_dcgm_variant_image_and_hostengine() -> None:
     (token,) = [v for v in pod["volumes"] if v["name"] == "admin-token"]
     assert token["secret"] == {
         "secretName": "smlens-admin-token",
-        "items": [{"key": "token", "path": "token"}],
+        "items": [{"key": "token", "path": "token", "mode": 0o400}],  # uid 0 (pod labels on): owner only
     }
     assert _env(container)["NODE_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     assert container["args"][-1] == "--energy-interval=30"
