@@ -139,7 +139,7 @@ def test_thresholds_flow_into_the_rules() -> None:
 
 def test_recorded_names_follow_level_metric_operations() -> None:
     t = thresholds.load()
-    levels = {level.name for level in (rules.GPU, *rules.AGGREGATES)}
+    levels = {level.name for level in (rules.GPU, *rules.AGGREGATES, rules.INSTANCE)}
     names = [r["record"] for r in _records(t)]
     assert len(names) == len(set(names))
     for name in names:

@@ -77,6 +77,25 @@ SUMMED = (*COUNTERS, PROFILED_BUSY, HOLLOW)
 EFFICIENCY = Mean("gpu_sm_efficiency", SM_ACTIVE.numerator, PROFILED_BUSY)
 GPU_STATES = ("busy", "working", "hollow")
 
+# MIG GPU instances: their own layer, beside the GPU's (NVML gives an instance no utilization, so only
+# the GPM means). An instance's series keep the parent GPU's labels, the instance's and its owner's.
+INSTANCE = Level(
+    "gpu_instance",
+    (n.HOSTNAME, n.GPU, n.UUID, n.GPU_INSTANCE, n.MIG_PROFILE, n.MIG_UUID, *n.OWNER_LABELS),
+    None,
+)
+INSTANCE_MEANS = tuple(
+    Mean(
+        mean.metric.replace("gpu_", "gpu_mig_", 1),
+        mean.numerator.replace("gpu_", "gpu_mig_", 1),
+        "gpu_mig_profiled_seconds",
+    )
+    for mean in (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
+)
+# Memory in use above which a MIG instance counts as held by a workload: below a CUDA context's size
+# (a few hundred MiB), above what an instance without processes reports.
+MIG_HELD_MEMORY_BYTES = 128 * 1024 * 1024
+
 # XIDs that point at the GPU, its memory or its links rather than at the application (NVIDIA's XID
 # catalogue): double-bit ECC, row remapping, NVLink, fell off the bus, contained/uncontained ECC, GSP.
 HARDWARE_XIDS = ("48", "63", "64", "74", "79", "94", "95", "119", "120")
@@ -229,12 +248,34 @@ def _pod_memory(t: Thresholds) -> dict[str, str]:
     return _record(pod_memory_name(), f"sum {labels}({per_gpu})")
 
 
+def _instance_layer(t: Thresholds) -> list[dict[str, str]]:
+    """Per MIG GPU instance: rates of its integrals and coverage, and their window means."""
+    w = t.window
+    labels = by(level_labels(INSTANCE, t.cluster_label))
+    counters = dict.fromkeys(c for mean in INSTANCE_MEANS for c in (mean.numerator, mean.denominator))
+    rules = [
+        _record(sum_name(INSTANCE, counter, w), f"max {labels}(rate({counter}_total[{w}]))")
+        for counter in counters
+    ]
+    for mean in INSTANCE_MEANS:
+        rules.append(
+            _record(
+                mean_name(INSTANCE, mean, w),
+                f"{sum_name(INSTANCE, mean.numerator, w)}\n/\n"
+                f"({sum_name(INSTANCE, mean.denominator, w)} > 0)",
+            )
+        )
+    return rules
+
+
 def recording_rules(t: Thresholds) -> list[dict[str, str]]:
-    """Layers, each summing the one below: GPU, node, namespace/pod, namespace, cluster, fleet."""
+    """Layers, each summing the one below: GPU, node, namespace/pod, namespace, cluster, fleet; and
+    the MIG GPU instances' own layer."""
     rules = _gpu_layer(t)
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
     rules.append(_pod_memory(t))
+    rules += _instance_layer(t)
     return rules
 
 
@@ -245,6 +286,10 @@ _WORKLOAD = (
     "{{ with $labels.container }} (container {{ . }}){{ end }}{{ else }}no workload attributed{{ end }}"
 )
 _WHERE = f"{_GPU}, {_WORKLOAD}"
+_INSTANCE = (
+    "MIG instance {{ $labels.gpu_instance }} ({{ $labels.mig_profile }}, {{ $labels.mig_uuid }})"
+    f" of {_GPU}, {_WORKLOAD}"
+)
 _TARGET = "smlens at {{ $labels.instance }} (job {{ $labels.job }})"
 
 
@@ -293,6 +338,31 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
         f"  (\n    {per_target}\n    unless\n    {before}\n  )\n"
         f"  and on ({cluster}, hostname, uuid) (gpu_up offset {window})\n"
         f")\n{_current_workload(cluster)}"
+    )
+
+
+def _mig_instance_hollow(t: Thresholds) -> dict[str, object]:
+    """A MIG instance held by a workload (attributed to a pod, or with memory in use) whose SMs are
+    mostly idle. gpu_allocation_info names no MIG device, so it cannot tell which instance is held."""
+    c = t.cluster_label
+    sm = mean_name(INSTANCE, INSTANCE_MEANS[0], t.window)
+    key = f"{c}, hostname, uuid, gpu_instance, mig_uuid"
+    held = (
+        f"group by ({key}) (gpu_mig_memory_used_bytes > {number(MIG_HELD_MEMORY_BYTES)})\n"
+        f'  or\n  group by ({key}) (gpu_mig_info{{pod!=""}})'
+    )
+    return _alert(
+        t,
+        "GPUMigInstanceHollow",
+        f"{sm} <= {number(t.hollow_sm_active)}\nand on ({key})\n(\n  {held}\n)",
+        t.hollow_for,
+        "warning",
+        "MIG instance held by a workload has mostly idle SMs",
+        f"{_INSTANCE}: the instance is held (a pod or memory in use) but only"
+        f" {{{{ $value | humanizePercentage }}}} of its SMs had work ({t.window} mean;"
+        f" hollow below {t.hollow_sm_active:.0%})."
+        " NVML gives no utilization per MIG instance, so GPUBusyButSMUnderused cannot see this:"
+        " the workload idles or launches kernels too small for even this slice.",
     )
 
 
@@ -454,6 +524,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             f"{_WHERE}: clock-event reason {{{{ $labels.reason }}}} has held for {t.thermal_slowdown_for};"
             " the GPU runs below its clocks. Check cooling, inlet temperature and power delivery.",
         ),
+        _mig_instance_hollow(t),
     ]
 
 
