@@ -21,6 +21,8 @@ from smlens.bundle.rules import (
     EFFICIENCY,
     GPU,
     HOSTNAME,
+    INSTANCE,
+    INSTANCE_MEANS,
     NAMESPACE,
     NAMESPACE_POD,
     SM_ACTIVE,
@@ -77,6 +79,7 @@ TIMELINE_OPTIONS = {
 GAP = "Utilization - SM active"
 TOP_GPUS = 20  # GPU and pod lists: the worst this many
 TOP_POINTS = 200  # scatter: GPUs with the largest gap
+MIG_INSTANCES_MAX = 7  # GPU instances of one GPU at most (seven 1g slices on A100, H100, H200)
 RULES_FIX = (
     "load rules/smlens-recording.rules.yaml and rules/smlens-alerts.rules.yaml into Prometheus; with"
     " the Helm chart and kube-prometheus-stack, give the PrometheusRule the label your Prometheus"
@@ -254,6 +257,7 @@ def _gpu_table(
     sort_by: str | None = None,
     on: str | None = None,
     overrides: Sequence[dict[str, Any]] = (),
+    no_value: str = "",
 ) -> Panel:
     """One row per series of the ``key`` column (name, expression); every other column is an expression
     restricted to those rows (matched on all labels, or ``on`` these). Sorted by ``sort_by``, the key
@@ -278,6 +282,7 @@ def _gpu_table(
         },
         overrides=overrides,
         transformations=_joined(names),
+        no_value=no_value,
     )
 
 
@@ -746,6 +751,7 @@ def gpu(t: Thresholds) -> JSON:
                     )
                 ],
             ),
+            Row("MIG instances", [_mig_instances(e, sel)]),
             _hardware_row(sel, by_gpu=False),
             Row(
                 "Traffic and errors",
@@ -785,6 +791,26 @@ def gpu(t: Thresholds) -> JSON:
                 ],
             ),
         ],
+    )
+
+
+def _mig_instances(e: Exprs, sel: str) -> Panel:
+    """The GPU's MIG instances with their window means; after pod churn, the current holder's row only."""
+    sm, *others = INSTANCE_MEANS
+    t = e.t
+    labels = ", ".join((e.c, n.HOSTNAME, n.UUID, n.GPU_INSTANCE, n.MIG_UUID, *n.OWNER_LABELS))
+    key = f"topk({MIG_INSTANCES_MAX}, {e.mean(INSTANCE, sm, sel)})\nand on ({labels}) gpu_mig_info{sel}"
+    whole = (SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
+    return _gpu_table(
+        f"MIG instances ({t.window} means)",
+        "Each MIG GPU instance of this GPU (gpu_instance, mig_profile, mig_uuid and the pod that holds it)"
+        f" with its {t.window} means, relative to the instance's own SMs. NVML gives no utilization"
+        " per instance: an instance held by a pod (or with memory in use) whose SM active stays at or"
+        f" below {_pct(t.hollow_sm_active)} raises GPUMigInstanceHollow. Empty when the GPU is not in"
+        " MIG mode or has no GPM (pre-Hopper).",
+        ("SM active", key),
+        [(RATIO_MEANINGS[w][0], e.mean(INSTANCE, m, sel)) for w, m in zip(whole, others, strict=True)],
+        no_value="no MIG instances on this GPU",
     )
 
 
