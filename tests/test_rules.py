@@ -25,6 +25,7 @@ PER_GPU_ALERTS = {
     "GPUProfilingMetricsUnavailable",
     "GPUNotReadable",
     "GPUXidError",
+    "GPUXidErrorHardware",
     "GPUUncorrectableECCErrors",
     "GPUClockSlowdown",
 }

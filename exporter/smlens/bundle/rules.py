@@ -483,7 +483,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         ),
         _alert(
             t,
-            "GPUXidError",
+            "GPUXidErrorHardware",
             _xid_within(xid_hardware, w, c),
             t.hardware_error_for,
             "critical",
