@@ -54,13 +54,18 @@ NUMERATORS = {
 }
 
 
+def whole_gpu(field: str) -> str:
+    """The selector of a field's whole-GPU series. MIG slices (GPU_I_ID set) are not mapped: one
+    series per slice in the per-GPU layer would count a sliced GPU once per slice and give one GPU
+    several owners."""
+    return f'{field}{{GPU_I_ID=""}}'
+
+
 def as_smlens(expr: str, t: Thresholds, only: str) -> str:
-    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and a
-    MIG instance's GPU_I_ID appended to gpu as "<gpu>/<GPU_I_ID>"; one series per GPU, restricted by
-    ``only`` (a set operation on cluster, hostname and uuid)."""
+    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname; one
+    series per GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid)."""
     renamed = (
-        f'label_replace(label_replace(label_replace(label_replace(label_join({expr}, "gpu", "/", "gpu",'
-        f' "GPU_I_ID"), "gpu", "$1", "gpu", "(.+)/"), "uuid", "$1", "UUID", "(.+)"),'
+        f'label_replace(label_replace(label_replace({expr}, "uuid", "$1", "UUID", "(.+)"),'
         f' "hostname", "$1", "Hostname", "(.+)"), "hostname", "$1", "{NODE_LABEL}", "(.+)")'
     )
     return f"max {by(level_labels(GPU, t.cluster_label))}(\n  {renamed}\n)\n{only}"
@@ -76,7 +81,7 @@ def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[
 def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
     w = t.window
     c = t.cluster_label
-    utilization = NUMERATORS[UTILIZATION.numerator].name
+    utilization = whole_gpu(NUMERATORS[UTILIZATION.numerator].name)
     covered = rate_name(UTILIZATION.denominator, w)
     # The exporter label tells these series from smlens' own of the same name, for people and for
     # promtool, which flags two rules recording the same name and labels.
@@ -89,10 +94,10 @@ def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
         _record(covered, as_smlens(f"count_over_time({utilization}[{w}]) * 0 + 1", t, smlens_gpus), source)
     ]
     for counter, field in NUMERATORS.items():
-        mean = f"avg_over_time({field.name}[{w}])"
+        mean = f"avg_over_time({whole_gpu(field.name)}[{w}])"
         scaled = mean if field.scale == 1.0 else f"{mean} * {field.scale!r}"
         rules.append(_record(rate_name(counter, w), as_smlens(scaled, t, mapped_gpus), source))
-    sm = NUMERATORS[SM_ACTIVE.numerator].name
+    sm = whole_gpu(NUMERATORS[SM_ACTIVE.numerator].name)
     profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped_gpus)
     rules.append(_record(rate_name(SM_ACTIVE.denominator, w), profiled, source))
     identity = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus)

@@ -309,12 +309,20 @@ def _alert(
     }
 
 
-def _current_workload(cluster: str) -> str:
-    """Right-hand side of a join that labels a per-GPU expression with the GPU's current workload."""
+def _with_workload(expr: str, cluster: str) -> str:
+    """A per-GPU expression labelled with the GPU's current workload where the GPU has exactly one.
+
+    A GPU with several owners (shared by pods) keeps its series without workload labels: a join on
+    all owners would be many-to-many and fail the whole rule, for every GPU.
+    """
     workload = ", ".join(n.OWNER_LABELS)
+    gpu = f"{cluster}, hostname, uuid"
+    owners = f"group by ({gpu}, {workload}) (gpu_up)"
+    one_owner = f"count by ({gpu}) ({owners}) == 1"
     return (
-        f"* on ({cluster}, hostname, uuid) group_left ({workload})\n"
-        f"group by ({cluster}, hostname, uuid, {workload}) (gpu_up)"
+        f"(\n{expr}\n) * on ({gpu}) group_left ({workload}) (\n"
+        f"  {owners}\n  and on ({gpu}) ({one_owner})\n)\n"
+        f"or\n(\n{expr}\n) unless on ({gpu}) ({one_owner})"
     )
 
 
@@ -331,14 +339,15 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
     per_target = f"sum without ({workload}) ({selector})"
     before = f"sum without ({workload}) ({selector} offset {window})"
     gpu_key = f"{cluster}, hostname, gpu, uuid, xid"
-    return (
+    grown = (
         f"max by ({gpu_key}) (\n"
         f"  increase(({per_target})[{window}:]) > 0\n"
         f"  or\n"
         f"  (\n    {per_target}\n    unless\n    {before}\n  )\n"
         f"  and on ({cluster}, hostname, uuid) (gpu_up offset {window})\n"
-        f")\n{_current_workload(cluster)}"
+        f")"
     )
+    return _with_workload(grown, cluster)
 
 
 def _mig_instance_hollow(t: Thresholds) -> dict[str, object]:
@@ -506,8 +515,9 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             "GPUUncorrectableECCErrors",
             # Volatile counts come from the driver, not the exporter: keyed on the GPU they survive
             # exporter restarts as one alert, and end when a driver reload or GPU reset clears them.
-            f'max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}} > 0)\n'
-            f"{_current_workload(c)}",
+            _with_workload(
+                f'max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}} > 0)', c
+            ),
             t.hardware_error_for,
             "critical",
             "GPU memory had uncorrectable ECC errors",
