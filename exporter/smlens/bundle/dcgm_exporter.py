@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smlens import names as n
 from smlens.bundle.rules import (
     DRAM_ACTIVE,
     GPU,
@@ -62,12 +63,18 @@ def whole_gpu(field: str) -> str:
 
 
 def as_smlens(expr: str, t: Thresholds, only: str) -> str:
-    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname; one
-    series per GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid)."""
+    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and
+    exported_namespace/pod/container, where present, over namespace/pod/container; one series per
+    GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid).
+
+    The exported_ labels are dcgm-exporter's pod labels renamed by a scrape without honorLabels, whose
+    own namespace/pod/container name the exporter pod (docs/migration.md asks for honorLabels)."""
     renamed = (
         f'label_replace(label_replace(label_replace({expr}, "uuid", "$1", "UUID", "(.+)"),'
         f' "hostname", "$1", "Hostname", "(.+)"), "hostname", "$1", "{NODE_LABEL}", "(.+)")'
     )
+    for label in n.OWNER_LABELS:
+        renamed = f'label_replace({renamed}, "{label}", "$1", "exported_{label}", "(.+)")'
     return f"max {by(level_labels(GPU, t.cluster_label))}(\n  {renamed}\n)\n{only}"
 
 
