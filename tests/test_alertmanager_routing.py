@@ -65,10 +65,30 @@ def test_eight_hollow_gpus_of_one_pod_give_one_notification(tmp_path: Path) -> N
     }
     assert len(received) == 3, [p["groupLabels"] for p in received]
     assert groups == {
-        (("cluster", "prod"), ("namespace", "ml"), ("pod", "train-0")): [str(i) for i in range(8)],
-        (("cluster", "prod"), ("namespace", "ml"), ("pod", "infer-1")): ["0"],
-        (("cluster", "prod"), ("hostname", "node-c")): ["0", "1"],
+        (("cluster", "prod"), ("namespace", "ml"), ("pod", "train-0"), ("severity", "warning")): [
+            str(i) for i in range(8)
+        ],
+        (("cluster", "prod"), ("namespace", "ml"), ("pod", "infer-1"), ("severity", "warning")): ["0"],
+        (("cluster", "prod"), ("hostname", "node-c"), ("severity", "warning")): ["0", "1"],
     }
+
+
+def test_a_critical_alert_of_a_workload_is_not_grouped_with_its_warnings(tmp_path: Path) -> None:
+    """A hardware XID on a GPU of a pod whose GPUs run hollow: its own notification, with severity
+    among the group labels so that a receiver can be chosen by severity."""
+    routes = yaml.safe_load(ROUTE_FILE.read_text())["routes"]
+    for route in routes:
+        route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    job = {"namespace": "ml", "pod": "train-0", "container": "main"}
+    alerts = [_alert("GPUBusyButSMUnderused", "warning", **_gpu("node-a", i), **job) for i in range(2)]
+    alerts.append(_alert("GPUXidErrorHardware", "critical", **_gpu("node-a", 0), **job, xid="79"))
+    with alertmanager_with_webhook(tmp_path, routes) as (address, received):
+        httpx.post(f"http://{address}/api/v2/alerts", json=alerts, timeout=10).raise_for_status()
+        wait_for("notifications of all alerts", lambda: sum(len(p["alerts"]) for p in received) >= 3)
+        time.sleep(3)
+    by_severity = {p["groupLabels"].get("severity"): len(p["alerts"]) for p in received}
+    assert len(received) == 2, [p["groupLabels"] for p in received]
+    assert by_severity == {"warning": 2, "critical": 1}
 
 
 def test_without_the_route_each_gpu_pages_alone(tmp_path: Path) -> None:
