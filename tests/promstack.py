@@ -126,11 +126,14 @@ def prometheus(
 
 @contextmanager
 def alertmanager_with_webhook(
-    workdir: Path, routes: list[dict[str, Any]] | None = None
+    workdir: Path,
+    routes: list[dict[str, Any]] | None = None,
+    inhibit_rules: list[dict[str, Any]] | None = None,
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """An Alertmanager that sends every notification at once to a webhook in this process.
 
-    ``routes`` go under the top route (whose receiver they inherit). Yields the Alertmanager's
+    ``routes`` go under the top route (whose receiver they inherit), ``inhibit_rules`` into the
+    configuration's inhibit_rules. Yields the Alertmanager's
     host:port and the list the webhook appends each received payload to.
     """
     binary = require_any(*ALERTMANAGER_NAMES)
@@ -159,6 +162,7 @@ def alertmanager_with_webhook(
             "repeat_interval": "1h",
             **({"routes": routes} if routes else {}),
         },
+        **({"inhibit_rules": inhibit_rules} if inhibit_rules else {}),
         "receivers": [
             {
                 "name": "test",

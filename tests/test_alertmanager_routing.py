@@ -94,3 +94,40 @@ def test_a_critical_alert_of_a_workload_is_not_grouped_with_its_warnings(tmp_pat
 def test_without_the_route_each_gpu_pages_alone(tmp_path: Path) -> None:
     """The negative case: grouped per GPU (the test stack's default route), the same alerts page 11 times."""
     assert len(_notifications(tmp_path, None)) == 11
+
+
+def test_a_hardware_xid_mutes_application_xids_of_the_same_gpu_only(tmp_path: Path) -> None:
+    """The shipped inhibit rule in a real Alertmanager: a hardware XID on GPU-a of node-a in prod
+    mutes the application XID of that GPU, not those of another GPU of the node, of a GPU with the
+    same uuid and node name in another cluster, nor any other alert of the GPU."""
+    shipped = yaml.safe_load(ROUTE_FILE.read_text())
+    hardware = _alert("GPUXidErrorHardware", "critical", hostname="node-a", uuid="GPU-a", xid="79")
+    same_gpu = _alert("GPUXidError", "warning", hostname="node-a", uuid="GPU-a", xid="13")
+    other_gpu = _alert("GPUXidError", "warning", hostname="node-a", uuid="GPU-b", xid="13")
+    other_cluster = _alert("GPUXidError", "warning", hostname="node-a", uuid="GPU-a", xid="13")
+    other_cluster["labels"]["cluster"] = "staging"
+    hollow = _alert("GPUBusyButSMUnderused", "warning", hostname="node-a", uuid="GPU-a")
+    posted = [hardware, same_gpu, other_gpu, other_cluster, hollow]
+    with alertmanager_with_webhook(tmp_path, shipped["routes"], shipped["inhibit_rules"]) as (address, _):
+        httpx.post(f"http://{address}/api/v2/alerts", json=posted, timeout=10).raise_for_status()
+
+        def states() -> dict[tuple[str, str, str], bool]:
+            listed = httpx.get(f"http://{address}/api/v2/alerts", timeout=10).json()
+            return {
+                (a["labels"]["alertname"], a["labels"]["cluster"], a["labels"]["uuid"]): bool(
+                    a["status"]["inhibitedBy"]
+                )
+                for a in listed
+            }
+
+        wait_for("all alerts listed", lambda: len(states()) == len(posted))
+        wait_for(
+            "the same GPU's application XID inhibited", lambda: states()[("GPUXidError", "prod", "GPU-a")]
+        )
+        assert states() == {
+            ("GPUXidErrorHardware", "prod", "GPU-a"): False,
+            ("GPUXidError", "prod", "GPU-a"): True,
+            ("GPUXidError", "prod", "GPU-b"): False,
+            ("GPUXidError", "staging", "GPU-a"): False,
+            ("GPUBusyButSMUnderused", "prod", "GPU-a"): False,
+        }
