@@ -20,7 +20,13 @@ Behaviour modelled on DCGM's source (docs/dcgm.md lists where each was checked):
 * watches are shared: a field watched by several clients is sampled once, at the fastest frequency;
 * profiling: metric groups with the same major id need separate passes; DCGM multiplexes up to
   :data:`MAX_PASSES` of them across all clients' watches, one more fails with PROFILING_MULTI_PASS;
-* while profiling is paused DCGM stores blank values; latest values carry per-field statuses.
+* while profiling is paused DCGM stores blank values; latest values carry per-field statuses;
+* MIG: a GPU's :class:`FakeGpuInstance` list is its GPU instances (GIs) in DCGM's enumeration order.
+  ``dcgmGetGpuInstanceHierarchy`` lists each GI (parent: its GPU) followed by its compute instances
+  (parent: the GI), with entity ids numbered per GPU as DCGM's cache manager does (``gpuId *
+  DCGM_MAX_INSTANCES_PER_GPU`` + position), so a reconfiguration can give an id to another GI.
+  Entities are (entity group, id) pairs: groups hold them (``dcgmGroupAddEntity``), watches and
+  samples are kept per entity; ``reconfigure`` replaces a GPU's GIs and drops their samples.
 """
 
 from __future__ import annotations
@@ -100,6 +106,20 @@ def passes_needed(metric_groups: MetricGroups, field_ids: Iterable[int]) -> int 
     return best
 
 
+Entity = tuple[int, int]  # (DCGM_FE_*, entity id), as dcgmGroupEntityPair_t
+
+
+@dataclass
+class FakeGpuInstance:
+    """One MIG GPU instance as DCGM's hierarchy describes it (dcgmMigEntityInfo_t)."""
+
+    nvml_id: int  # nvmlInstanceId: NVML's GPU instance id
+    slices: int = 1  # nvmlProfileSlices
+    profile_id: int = 0  # nvmlMigProfileId: NVML's GPU instance profile id (0 = the 1-slice profile)
+    compute_instances: int = 1
+    profiling_error: int | None = None  # DCGM_ST_* dcgmWatchFields returns for a group holding this GI
+
+
 @dataclass
 class FakeGpu:
     uuid: str
@@ -107,13 +127,18 @@ class FakeGpu:
     profiling_error: int | None = None  # DCGM_ST_* that dcgmProfGetSupportedMetricGroups returns
     gpm: bool = False  # Hopper and newer: DCGM refuses to pause profiling
     lost: bool = False
+    instances: list[FakeGpuInstance] = field(default_factory=list)  # MIG GPU instances, in DCGM's order
 
 
 @dataclass
 class Owned:
     owner: int  # connection id
-    items: tuple[int, ...]
+    items: tuple[Any, ...]  # a group's entities, a field group's field ids
     name: str = ""
+
+
+def gpu_entity(gpu_index: int) -> Entity:
+    return (F.DCGM_FE_GPU, gpu_index)
 
 
 class FakeHostengine:
@@ -129,8 +154,8 @@ class FakeHostengine:
         self.paused = False
         self.groups: dict[int, Owned] = {}
         self.field_groups: dict[int, Owned] = {}
-        self.watches: dict[tuple[int, int], dict[int, int]] = {}  # (gpu, field) -> {owner: freq us}
-        self.samples: dict[tuple[int, int], tuple[int, float | int]] = {}  # (gpu, field) -> (ts, value)
+        self.watches: dict[tuple[Entity, int], dict[int, int]] = {}  # (entity, field) -> {owner: freq us}
+        self.samples: dict[tuple[Entity, int], tuple[int, float | int]] = {}  # (entity, field) -> (ts, value)
 
     def stop(self) -> None:
         self.running = False
@@ -147,11 +172,13 @@ class FakeHostengine:
     def fail(self, entry_point: str, code: int, times: int = 1) -> None:
         self.failures.setdefault(entry_point, []).extend([code] * times)
 
-    def watched(self, gpu_index: int) -> set[int]:
-        return {f for (g, f), owners in self.watches.items() if g == gpu_index and owners}
+    def watched(self, gpu_index: int, entity: Entity | None = None) -> set[int]:
+        """Fields some client watches on a GPU (or on ``entity``, one of its GPU instances)."""
+        entity = entity or gpu_entity(gpu_index)
+        return {f for (e, f), owners in self.watches.items() if e == entity and owners}
 
     def update_frequency(self, gpu_index: int, field_id: int) -> int:
-        return min(self.watches[(gpu_index, field_id)].values())
+        return min(self.watches[(gpu_entity(gpu_index), field_id)].values())
 
     def passes(self, gpu_index: int) -> int | None:
         """Passes DCGM runs for the profiling fields all clients watch on this GPU."""
@@ -161,12 +188,66 @@ class FakeHostengine:
     def publish(self, gpu_index: int, values: Mapping[int, float | int], step_us: int = 1_000_000) -> None:
         """One DCGM sample of the given fields, kept only for watched ones; blank while paused."""
         self.clock_us += step_us
+        self._store(gpu_entity(gpu_index), values)
+
+    def publish_instance(self, gpu_index: int, nvml_id: int, values: Mapping[int, float | int]) -> None:
+        """One sample of a GPU instance's fields, at the time of the GPU's latest ``publish``."""
+        self._store((F.DCGM_FE_GPU_I, self.instance_entity(gpu_index, nvml_id)), values)
+
+    def _store(self, entity: Entity, values: Mapping[int, float | int]) -> None:
+        watched = {f for (e, f), owners in self.watches.items() if e == entity and owners}
         for field_id, value in values.items():
-            if field_id not in self.watched(gpu_index):
+            if field_id not in watched:
                 continue
             if self.paused and field_id in PROFILING_FIELD_IDS:
                 value = V.DCGM_INT64_BLANK if field_id in INT64_PROFILING_FIELDS else V.DCGM_FP64_BLANK
-            self.samples[(gpu_index, field_id)] = (self.clock_us, value)
+            self.samples[(entity, field_id)] = (self.clock_us, value)
+
+    # -- MIG --------------------------------------------------------------------------------------
+
+    def instance_entity(self, gpu_index: int, nvml_id: int) -> int:
+        """The DCGM entity id of a GPU's GI: numbered by position, as DcgmCacheManager does."""
+        positions = [gi.nvml_id for gi in self.gpus[gpu_index].instances]
+        return gpu_index * S.DCGM_MAX_INSTANCES_PER_GPU + positions.index(nvml_id)
+
+    def instance_at(self, entity_id: int) -> tuple[int, FakeGpuInstance] | None:
+        gpu_index, position = divmod(entity_id, S.DCGM_MAX_INSTANCES_PER_GPU)
+        if not 0 <= gpu_index < len(self.gpus) or position >= len(self.gpus[gpu_index].instances):
+            return None
+        return gpu_index, self.gpus[gpu_index].instances[position]
+
+    def reconfigure(self, gpu_index: int, instances: Sequence[FakeGpuInstance]) -> None:
+        """An administrator destroys or creates GPU instances: entity ids are handed out again and
+        the GPU's old GI samples are gone (watches stay on the ids, whatever GI they now denote)."""
+        self.gpus[gpu_index].instances = list(instances)
+        low = gpu_index * S.DCGM_MAX_INSTANCES_PER_GPU
+        for key in [k for k in self.samples if k[0][0] == F.DCGM_FE_GPU_I]:
+            if low <= key[0][1] < low + S.DCGM_MAX_INSTANCES_PER_GPU:
+                del self.samples[key]
+
+    def entity_exists(self, entity: Entity) -> bool:
+        kind, ident = entity
+        if kind == F.DCGM_FE_GPU:
+            return 0 <= ident < len(self.gpus)
+        if kind == F.DCGM_FE_GPU_I:
+            return self.instance_at(ident) is not None
+        if kind == F.DCGM_FE_GPU_CI:
+            return (F.DCGM_FE_GPU_CI, ident) in {(row[0], row[1]) for row in self.hierarchy()}
+        return False
+
+    def hierarchy(self) -> list[tuple[int, int, Entity, tuple[int, FakeGpuInstance, int]]]:
+        """(entity group, entity id, parent, (GPU index, GI, CI id or -1)) as DCGM lists them."""
+        rows: list[tuple[int, int, Entity, tuple[int, FakeGpuInstance, int]]] = []
+        for gpu_index, gpu in enumerate(self.gpus):
+            next_ci = gpu_index * S.DCGM_MAX_INSTANCES_PER_GPU
+            for gi in gpu.instances:
+                gi_entity = self.instance_entity(gpu_index, gi.nvml_id)
+                rows.append((F.DCGM_FE_GPU_I, gi_entity, gpu_entity(gpu_index), (gpu_index, gi, -1)))
+                for ci in range(gi.compute_instances):
+                    parent = (F.DCGM_FE_GPU_I, gi_entity)
+                    rows.append((F.DCGM_FE_GPU_CI, next_ci, parent, (gpu_index, gi, ci)))
+                    next_ci += 1
+        return rows
 
     def drop_connection(self, connection: int) -> None:
         for table in (self.groups, self.field_groups):
@@ -175,15 +256,25 @@ class FakeHostengine:
         for owners in self.watches.values():
             owners.pop(connection, None)
 
-    def check_watchable(self, gpu_index: int, field_ids: Sequence[int]) -> None:
-        gpu = self.gpus[gpu_index]
+    def check_watchable(self, entity: Entity, field_ids: Sequence[int]) -> None:
+        """A GPU instance is profiled with its GPU's metric groups, unless DCGM refuses it."""
+        kind, ident = entity
         profiled = set(field_ids) & set(PROFILING_FIELD_IDS)
         if not profiled:
             return
+        if kind == F.DCGM_FE_GPU_I:
+            found = self.instance_at(ident)
+            assert found is not None, "the group held an entity that no longer exists"
+            gpu_index, instance = found
+            if instance.profiling_error is not None:
+                raise Refused(instance.profiling_error)
+        else:
+            gpu_index = ident
+        gpu = self.gpus[gpu_index]
         if gpu.profiling_error is not None:
             raise Refused(gpu.profiling_error)
         passes = passes_needed(
-            gpu.metric_groups, profiled | (self.watched(gpu_index) & set(PROFILING_FIELD_IDS))
+            gpu.metric_groups, profiled | (self.watched(gpu_index, entity) & set(PROFILING_FIELD_IDS))
         )
         if passes is None:
             raise Refused(S.DCGM_ST_PROFILING_NOT_SUPPORTED)
@@ -339,6 +430,29 @@ def dcgmGetDeviceAttributes(handle: int | None, gpu_id: int, attributes_ptr: Any
     attributes.identifiers.uuid = gpu.uuid
 
 
+def dcgmGetGpuInstanceHierarchy(handle: int | None, hierarchy_ptr: Any) -> None:
+    """DcgmApi.cpp tsapiGetGpuInstanceHierarchy and DcgmCacheManager::PopulateMigHierarchy."""
+    if not hierarchy_ptr:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    hierarchy = hierarchy_ptr[0]
+    _check_version(hierarchy, S.c_dcgmMigHierarchy_version2)
+    engine = _engine(handle)
+    rows = engine.hierarchy()
+    if len(rows) > S.DCGM_MAX_HIERARCHY_INFO:
+        raise Refused(S.DCGM_ST_INSUFFICIENT_SIZE)
+    hierarchy.count = len(rows)
+    for i, (kind, entity_id, (parent_kind, parent_id), (gpu_index, gi, ci)) in enumerate(rows):
+        row = hierarchy.entityList[i]
+        row.entity.entityGroupId, row.entity.entityId = kind, entity_id
+        row.parent.entityGroupId, row.parent.entityId = parent_kind, parent_id
+        row.info.gpuUuid = engine.gpus[gpu_index].uuid
+        row.info.nvmlGpuIndex = gpu_index
+        row.info.nvmlInstanceId = gi.nvml_id
+        row.info.nvmlComputeInstanceId = 0xFFFFFFFF if ci < 0 else ci  # -1 in an unsigned int
+        row.info.nvmlMigProfileId = gi.profile_id
+        row.info.nvmlProfileSlices = gi.slices
+
+
 def dcgmProfGetSupportedMetricGroups(handle: int | None, reply_ptr: Any) -> None:
     reply = reply_ptr[0]
     _check_version(reply, S.dcgmProfGetMetricGroups_version3)
@@ -378,10 +492,17 @@ def dcgmGroupDestroy(handle: int | None, group_id: int | None) -> None:
 
 
 def dcgmGroupAddDevice(handle: int | None, group_id: int | None, gpu_id: int) -> None:
+    dcgmGroupAddEntity(handle, group_id, F.DCGM_FE_GPU, gpu_id)
+
+
+def dcgmGroupAddEntity(handle: int | None, group_id: int | None, entity_group: int, entity_id: int) -> None:
+    """BADPARAM for an unknown entity or one already in the group (dcgm_agent.h)."""
     engine = _engine(handle)
-    _gpu(engine, gpu_id)
     group = _owned(engine.groups, group_id)
-    group.items = (*group.items, gpu_id)
+    entity = (entity_group, entity_id)
+    if not engine.entity_exists(entity) or entity in group.items:
+        raise Refused(S.DCGM_ST_BADPARAM)
+    group.items = (*group.items, entity)
 
 
 def dcgmFieldGroupCreate(handle: int | None, count: int, ids: Any, name: bytes | None, out: Any) -> None:
@@ -429,31 +550,37 @@ def dcgmWatchFields(
         raise Refused(S.DCGM_ST_BADPARAM)
     if not group.items:
         raise Refused(S.DCGM_ST_GROUP_IS_EMPTY)
-    for gpu_id in group.items:
-        engine.check_watchable(gpu_id, field_group.items)
-    for gpu_id in group.items:
+    for entity in group.items:
+        engine.check_watchable(entity, field_group.items)
+    for entity in group.items:
         for field_id in field_group.items:
-            engine.watches.setdefault((gpu_id, field_id), {})[handle or 0] = freq
+            engine.watches.setdefault((entity, field_id), {})[handle or 0] = freq
 
 
 def dcgmUnwatchFields(handle: int | None, group_id: int | None, field_group_id: int | None) -> None:
     engine = _engine(handle)
     group = _owned(engine.groups, group_id)
     field_group = _owned(engine.field_groups, field_group_id)
-    for gpu_id in group.items:
+    for entity in group.items:
         for field_id in field_group.items:
-            engine.watches.get((gpu_id, field_id), {}).pop(handle or 0, None)
+            engine.watches.get((entity, field_id), {}).pop(handle or 0, None)
 
 
 def dcgmEntityGetLatestValues(
     handle: int | None, entity_group: int, entity_id: int, ids: Any, count: int, values: Any
 ) -> None:
     engine = _engine(handle)
-    if entity_group != F.DCGM_FE_GPU:
+    entity = (entity_group, entity_id)
+    if entity_group == F.DCGM_FE_GPU_I:
+        found = engine.instance_at(entity_id)
+        gpu_index = -1 if found is None else found[0]  # a GI gone since: its fields are not watched
+    elif entity_group == F.DCGM_FE_GPU:
+        gpu_index = entity_id
+    else:
         raise Refused(S.DCGM_ST_NOT_SUPPORTED)
-    if _gpu(engine, entity_id).lost:
+    if gpu_index >= 0 and _gpu(engine, gpu_index).lost:
         raise Refused(S.DCGM_ST_GPU_IS_LOST)
-    watched = engine.watched(entity_id)
+    watched = engine.watched(gpu_index, entity) if gpu_index >= 0 else set()
     for i in range(count):
         field_id = ids[i]
         value = values[i]
@@ -461,7 +588,7 @@ def dcgmEntityGetLatestValues(
         value.version = S.dcgmFieldValue_version1
         value.fieldId = field_id
         value.fieldType = ord(F.DCGM_FT_INT64 if is_int else F.DCGM_FT_DOUBLE)
-        sample = engine.samples.get((entity_id, field_id))
+        sample = engine.samples.get((entity, field_id))
         if sample is None:  # DCGM keeps serving old samples of a field no longer watched
             value.status = S.DCGM_ST_NO_DATA if field_id in watched else S.DCGM_ST_NOT_WATCHED
             if is_int:
@@ -507,6 +634,7 @@ _ENTRY_POINTS: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
         dcgmGetDeviceAttributes,
         (_HANDLE, c_uint, POINTER(S.c_dcgmDeviceAttributes_v3)),
     ),
+    "dcgmGetGpuInstanceHierarchy": (dcgmGetGpuInstanceHierarchy, (_HANDLE, POINTER(S.c_dcgmMigHierarchy_v2))),
     "dcgmProfGetSupportedMetricGroups": (
         dcgmProfGetSupportedMetricGroups,
         (_HANDLE, POINTER(S.c_dcgmProfGetMetricGroups_v3)),
@@ -514,6 +642,8 @@ _ENTRY_POINTS: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "dcgmGroupCreate": (dcgmGroupCreate, (_HANDLE, c_int, c_char_p, _OUT_HANDLE)),
     "dcgmGroupDestroy": (dcgmGroupDestroy, (_HANDLE, _HANDLE)),
     "dcgmGroupAddDevice": (dcgmGroupAddDevice, (_HANDLE, _HANDLE, c_uint)),
+    # dcgm_field_entity_group_t is an enum and dcgm_field_eid_t an unsigned int (dcgm_fields.h)
+    "dcgmGroupAddEntity": (dcgmGroupAddEntity, (_HANDLE, _HANDLE, c_uint, c_uint)),
     "dcgmFieldGroupCreate": (
         dcgmFieldGroupCreate,
         (_HANDLE, c_int, POINTER(c_uint16), c_char_p, _OUT_HANDLE),

@@ -11,6 +11,11 @@ hostengine (CONNECTION_NOT_VALID, TIMEOUT) drops the session and reconnects with
 DCGM refuses is retried every :data:`WATCH_RETRY_SECONDS`; every :data:`SHARING_CHECK_SECONDS` smlens
 looks at the other clients' field groups to tell whether DCGM multiplexes the profiling counters.
 smlens only ever destroys groups it made, named ``smlens-<node>-<random>-<n>``.
+
+MIG: given the NVML session's MIG layouts (``mig``), each GPU in MIG mode also gets a group of its GPU
+instance entities (``DCGM_FE_GPU_I``, mapped by :mod:`smlens.backends.dcgm_mig` from DCGM's hierarchy,
+read once per tick) watched for the per-instance fields; the group is made again whenever the
+instances or their entity ids change, and values come back in ``Reading.instances``.
 """
 
 from __future__ import annotations
@@ -22,15 +27,17 @@ import secrets
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from smlens import names as n
 from smlens.backends.base import Backend
 from smlens.backends.dcgm_bindings import DcgmBindings, load_bindings
+from smlens.backends.dcgm_mig import GiEntity, MigLayouts, gi_entities, match_instances
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
-from smlens.model import Activity, GpuIdentity, Reading
+from smlens.model import Activity, GpuIdentity, InstanceReading, MigInstance, Reading
+from smlens.nvml.calls import Absent
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +183,34 @@ def instance_name(node: str) -> str:
 
 
 @dataclass
+class _Cursor:
+    """Where the reads of one entity (a GPU or a GPU instance) stand."""
+
+    last_read: float | None = None
+    samples: dict[int, tuple[int, float]] = field(default_factory=dict)  # field -> (DCGM ts, seen at)
+
+
+@dataclass
 class _Watch:
     """What smlens watches on one GPU in the current hostengine session."""
 
     gpu_id: int
     plan: FieldPlan
     groups: tuple[MetricGroup, ...]
-    last_read: float | None = None
-    samples: dict[int, tuple[int, float]] = field(default_factory=dict)  # field -> (DCGM ts, seen at)
+    cursor: _Cursor = field(default_factory=_Cursor)
     mode: str = ""  # "one_pass" or "multiplexed" once the sharing check ran
+
+
+@dataclass
+class _InstanceWatch:
+    """The group of one GPU's GPU-instance entities and what it watches, or why it watches nothing."""
+
+    entities: tuple[tuple[MigInstance, int], ...]  # (instance, its DCGM entity id) in the group
+    field_ids: tuple[int, ...]
+    made: list[tuple[str, Any]] = field(default_factory=list)
+    refused: set[MigInstance] = field(default_factory=set)  # instances DCGM would not watch
+    retry_at: float = 0.0
+    cursors: dict[MigInstance, _Cursor] = field(default_factory=dict)
 
 
 @dataclass
@@ -203,6 +229,8 @@ class _Session:
     refused: dict[str, _Refused] = field(default_factory=dict)  # by GPU uuid
     made: list[tuple[str, Any]] = field(default_factory=list)  # ("group"|"field_group", id) we created
     sharing_checked_at: float | None = None
+    instance_watches: dict[str, _InstanceWatch] = field(default_factory=dict)  # by GPU uuid
+    hierarchy: tuple[float, dict[int, dict[int, GiEntity]] | str] | None = None  # (read at, GIs or why not)
 
 
 class DcgmBackend(Backend):
@@ -212,9 +240,15 @@ class DcgmBackend(Backend):
     provides_profiling = True
 
     def __init__(
-        self, bindings: DcgmBindings, address: HostengineAddress | None, interval: float, node: str
+        self,
+        bindings: DcgmBindings,
+        address: HostengineAddress | None,
+        interval: float,
+        node: str,
+        mig: MigLayouts | None = None,
     ) -> None:
         self._b = bindings
+        self._mig = mig
         self._address = address
         self._interval = interval
         self._instance = instance_name(node)
@@ -405,8 +439,15 @@ class DcgmBackend(Backend):
                 session.watches[gpu.uuid] = _Watch(gpu_id, plan, groups)
         self._check_sharing(session, now)
 
-    def _watch(self, session: _Session, field_ids: Sequence[int], gpu_ids: Sequence[int]) -> None:
-        """Create a group and a field group and watch them; on failure destroy what was made."""
+    def _watch(
+        self,
+        session: _Session,
+        field_ids: Sequence[int],
+        gpu_ids: Sequence[int],
+        instances: Sequence[int] = (),
+    ) -> list[tuple[str, Any]]:
+        """Create a group of GPUs or of GPU-instance entities and a field group, and watch them; on
+        failure destroy what was made. Returns what was made."""
         agent, structs = self._b.agent, self._b.structs
         handle = session.handle
         name = f"{self._instance}-{next(self._names)}"
@@ -416,6 +457,8 @@ class DcgmBackend(Backend):
             made.append(("group", group))
             for gpu_id in gpu_ids:
                 agent.dcgmGroupAddDevice(handle, group, gpu_id)
+            for entity_id in instances:
+                agent.dcgmGroupAddEntity(handle, group, self._b.fields.DCGM_FE_GPU_I, entity_id)
             field_group = agent.dcgmFieldGroupCreate(handle, list(field_ids), name)
             made.append(("field_group", field_group))
             agent.dcgmWatchFields(
@@ -431,6 +474,7 @@ class DcgmBackend(Backend):
                 self._destroy(handle, made)
             raise
         session.made.extend(made)
+        return made
 
     def _retry_refused(self, session: _Session, gpu: GpuIdentity, now: float) -> None:
         refused = session.refused.get(gpu.uuid)
@@ -526,6 +570,9 @@ class DcgmBackend(Backend):
                 values = self._b.agent.dcgmEntityGetLatestValues(
                     session.handle, self._b.fields.DCGM_FE_GPU, watch.gpu_id, list(watch.plan.watched)
                 )
+                reading = self._reading(watch, values, now)
+                if self._mig is not None:
+                    reading = self._with_instances(session, gpu, watch, reading, now)
             except self._b.structs.DCGMError as exc:
                 if self._connection_lost(exc):
                     raise self._lose(now, exc) from exc
@@ -534,7 +581,7 @@ class DcgmBackend(Backend):
                 raise BackendError(
                     f"DCGM read of GPU {gpu.index} failed ({exc}).", reason="dcgm_error"
                 ) from exc
-            return self._reading(watch, values, now)
+            return reading
 
     def _unwatched(self, refused: _Refused) -> Reading:
         reason = "watch_failed" if refused.retryable else "not_watched"
@@ -587,20 +634,36 @@ class DcgmBackend(Backend):
         return None, float(raw)
 
     def _reading(self, watch: _Watch, values: Any, now: float) -> Reading:
-        span = 0.0 if watch.last_read is None else now - watch.last_read  # seconds since last read
-        watch.last_read = now
+        activity, increments, missing, span = self._credit(watch.cursor, values, now)
+        return Reading(
+            source=self.name,
+            activity=activity,
+            increments=increments,
+            missing={**watch.plan.unavailable, **missing},
+            # Like gpm, the first read of a session only starts the interval yet counts as profiling.
+            profiling=not self._paused and (bool(activity) or span <= 0),
+            profiling_mode=watch.mode,
+        )
+
+    def _credit(
+        self, cursor: _Cursor, values: Any, now: float
+    ) -> tuple[dict[str, Activity], dict[str, float], dict[str, str], float]:
+        """Activity, byte increments and missing values of one entity's latest values, credited to
+        the time since its previous read; and that time (0 at the first read)."""
+        span = 0.0 if cursor.last_read is None else now - cursor.last_read
+        cursor.last_read = now
         activity: dict[str, Activity] = {}
         increments: dict[str, float] = {}
-        missing: dict[str, str] = dict(watch.plan.unavailable)
+        missing: dict[str, str] = {}
         for value in values:
             field_id = int(value.fieldId)
             key = WANTED_FIELDS[field_id]
             reason, number = self._absent(value)
             if int(value.status) == self._b.structs.DCGM_ST_OK:
                 ts = int(value.ts)
-                seen = watch.samples.get(field_id)
+                seen = cursor.samples.get(field_id)
                 if seen is None or seen[0] != ts:
-                    watch.samples[field_id] = (ts, now)
+                    cursor.samples[field_id] = (ts, now)
                 elif reason is None and now - seen[1] > STALE_AFTER_INTERVALS * self._interval:
                     reason = "stale"
             if self._paused:
@@ -613,15 +676,129 @@ class DcgmBackend(Backend):
                 activity[key] = Activity.of(number, span)
             else:
                 increments[key] = max(number, 0.0) * span
-        return Reading(
-            source=self.name,
-            activity=activity,
-            increments=increments,
-            missing=missing,
-            # Like gpm, the first read of a session only starts the interval yet counts as profiling.
-            profiling=not self._paused and (bool(activity) or span <= 0),
-            profiling_mode=watch.mode,
-        )
+        return activity, increments, missing, span
+
+    # -- MIG GPU instances --------------------------------------------------------------------
+
+    def _with_instances(
+        self, session: _Session, gpu: GpuIdentity, watch: _Watch, reading: Reading, now: float
+    ) -> Reading:
+        """The GPU's reading plus one per GPU instance of its NVML layout; connection errors propagate."""
+        assert self._mig is not None
+        layout = self._mig.mig_layout(gpu, now)
+        if isinstance(layout, Absent):  # nobody knows the layout this tick: the fold keeps the instances
+            return reading
+        instances = () if layout is None else tuple(entry.instance for entry in layout)
+        if not instances:
+            self._drop_instance_watch(session, gpu.uuid)
+            return replace(reading, mig_layout_read=True)
+        entities = self._hierarchy(session, now)
+        if isinstance(entities, str):
+            parts = tuple(InstanceReading(i, missing={n.SM_ACTIVE: entities}) for i in instances)
+            return replace(reading, instances=parts, mig_layout_read=True)
+        matched = match_instances(instances, entities.get(watch.gpu_id, {}))
+        if any(why == "mig_layout_changing" for why in matched.values()):
+            self._mig.rescan_mig(gpu)
+        instance_watch = self._instance_watch(session, gpu, watch, matched, now)
+        parts = tuple(self._read_instance(session, instance_watch, i, matched[i], now) for i in instances)
+        return replace(reading, instances=parts, mig_layout_read=True)
+
+    def _hierarchy(self, session: _Session, now: float) -> dict[int, dict[int, GiEntity]] | str:
+        """DCGM's GPU instances, read at most once per tick (entity ids can change at any time)."""
+        if session.hierarchy is not None and session.hierarchy[0] == now:
+            return session.hierarchy[1]
+        found: dict[int, dict[int, GiEntity]] | str
+        try:
+            found = gi_entities(self._b.agent.dcgmGetGpuInstanceHierarchy(session.handle), self._b.fields)
+        except self._b.structs.DCGMError as exc:
+            if self._connection_lost(exc):
+                raise
+            log.debug("DCGM cannot list its GPU instances: %s", exc)
+            found = "dcgm_hierarchy_unreadable"
+        session.hierarchy = (now, found)
+        return found
+
+    def _instance_watch(
+        self,
+        session: _Session,
+        gpu: GpuIdentity,
+        watch: _Watch,
+        matched: Mapping[MigInstance, GiEntity | str],
+        now: float,
+    ) -> _InstanceWatch:
+        """The watch of this GPU's GI entities, made again when they changed or a refusal is due a retry."""
+        entities = tuple((i, e.entity_id) for i, e in matched.items() if isinstance(e, GiEntity))
+        current = session.instance_watches.get(gpu.uuid)
+        if (
+            current is not None
+            and current.entities == entities
+            and not (current.refused and now >= current.retry_at)
+        ):
+            return current
+        before = {} if current is None else dict(current.entities)
+        if self._mig is not None and any(before.get(i, e) != e for i, e in entities):
+            self._mig.rescan_mig(gpu)  # DCGM moved an instance to another entity: NVML's may be stale too
+        self._drop_instance_watch(session, gpu.uuid)
+        field_ids = tuple(f for f in watch.plan.watched if WANTED_FIELDS[f] in n.INSTANCE_ACTIVITIES)
+        fresh = _InstanceWatch(entities, field_ids)
+        session.instance_watches[gpu.uuid] = fresh
+        if entities and field_ids:
+            # One group for all; if DCGM refuses it, one group per instance, so that only the instances
+            # DCGM refuses go without values (at most 7 groups of DCGM's 64, and only then).
+            batches = [entities] if len(entities) == 1 else [entities, *([e] for e in entities)]
+            for batch in batches:
+                try:
+                    fresh.made += self._watch(session, field_ids, (), [entity for _, entity in batch])
+                except self._b.structs.DCGMError as exc:
+                    if self._connection_lost(exc):
+                        raise
+                    if len(batch) == 1:
+                        fresh.refused.add(batch[0][0])
+                        log.warning(
+                            "GPU %d: DCGM refused to watch GPU instance %d (%s); trying again in %.0f s",
+                            gpu.index,
+                            batch[0][0].gpu_instance,
+                            exc,
+                            WATCH_RETRY_SECONDS,
+                        )
+                    continue
+                if batch is entities:
+                    break
+            fresh.retry_at = now + WATCH_RETRY_SECONDS
+        return fresh
+
+    def _drop_instance_watch(self, session: _Session, uuid: str) -> None:
+        old = session.instance_watches.pop(uuid, None)
+        if old is not None and old.made:
+            self._destroy(session.handle, old.made)
+            session.made = [m for m in session.made if m not in old.made]
+
+    def _read_instance(
+        self,
+        session: _Session,
+        instance_watch: _InstanceWatch,
+        instance: MigInstance,
+        entity: GiEntity | str,
+        now: float,
+    ) -> InstanceReading:
+        """One GPU instance's values; a value DCGM does not give stays absent, with the reason."""
+        if isinstance(entity, str):
+            return InstanceReading(instance, missing={n.SM_ACTIVE: entity})
+        if not instance_watch.field_ids:
+            return InstanceReading(instance, missing={n.SM_ACTIVE: "not_supported"})
+        if instance in instance_watch.refused:
+            return InstanceReading(instance, missing={n.SM_ACTIVE: "watch_failed"})
+        try:
+            values = self._b.agent.dcgmEntityGetLatestValues(
+                session.handle, self._b.fields.DCGM_FE_GPU_I, entity.entity_id, list(instance_watch.field_ids)
+            )
+        except self._b.structs.DCGMError as exc:
+            if self._connection_lost(exc):
+                raise
+            return InstanceReading(instance, missing={n.SM_ACTIVE: "dcgm_error"})
+        cursor = instance_watch.cursors.setdefault(instance, _Cursor())
+        activity, _, missing, _ = self._credit(cursor, values, now)
+        return InstanceReading(instance, activity=activity, missing=missing)
 
     # -- profiling pause --------------------------------------------------------------------
 
@@ -655,13 +832,18 @@ class DcgmBackend(Backend):
 
 
 def open_dcgm_backend(
-    hostengine: str | None, embedded: bool, interval: float, node: str | None = None
+    hostengine: str | None,
+    embedded: bool,
+    interval: float,
+    node: str | None = None,
+    mig: MigLayouts | None = None,
 ) -> DcgmBackend:
     """Load the bindings and connect; raises :class:`BackendUnavailable` (or :class:`ConfigError`
     for a bad hostengine address) with one sentence. The settings have already checked that
     ``embedded`` and ``hostengine`` exclude each other and that ``interval`` is in range. ``node``
-    (default: this host's name) goes into the names of the groups smlens creates in the hostengine."""
+    (default: this host's name) goes into the names of the groups smlens creates in the hostengine.
+    ``mig`` (the NVML session) names the GPU instances of GPUs in MIG mode; without it none are read."""
     address = None if embedded else parse_hostengine(hostengine)
-    backend = DcgmBackend(load_bindings(), address, interval, node or socket.gethostname())
+    backend = DcgmBackend(load_bindings(), address, interval, node or socket.gethostname(), mig)
     backend.connect()
     return backend

@@ -103,7 +103,11 @@ def _open_nvml(settings: SourceSettings, gpm: bool, dcgm: bool, dcgm_required: b
     try:
         opened.extras.append(
             open_dcgm_backend(
-                settings.dcgm_hostengine, settings.dcgm_embedded, settings.interval, settings.node_name
+                settings.dcgm_hostengine,
+                settings.dcgm_embedded,
+                settings.interval,
+                settings.node_name,
+                mig=nvml.session,
             )
         )
     except BackendUnavailable as exc:

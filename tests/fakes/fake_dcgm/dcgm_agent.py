@@ -89,6 +89,14 @@ def dcgmGetDeviceAttributes(
 
 
 @ensure_byte_strings()
+def dcgmGetGpuInstanceHierarchy(dcgm_handle: c_void_p) -> dcgm_structs.c_dcgmMigHierarchy_v2:
+    hierarchy = dcgm_structs.c_dcgmMigHierarchy_v2()
+    hierarchy.version = dcgm_structs.c_dcgmMigHierarchy_version2
+    _call("dcgmGetGpuInstanceHierarchy", dcgm_handle, byref(hierarchy))
+    return hierarchy
+
+
+@ensure_byte_strings()
 def dcgmProfGetSupportedMetricGroups(
     dcgmHandle: c_void_p, gpuId: int
 ) -> dcgm_structs.c_dcgmProfGetMetricGroups_v3:
@@ -114,6 +122,11 @@ def dcgmGroupDestroy(dcgm_handle: c_void_p, group_id: c_void_p) -> int:
 @ensure_byte_strings()
 def dcgmGroupAddDevice(dcgm_handle: c_void_p, group_id: c_void_p, gpu_id: int) -> int:
     return _call("dcgmGroupAddDevice", dcgm_handle, group_id, gpu_id)
+
+
+@ensure_byte_strings()
+def dcgmGroupAddEntity(dcgm_handle: c_void_p, group_id: c_void_p, entityGroupId: int, entityId: int) -> int:
+    return _call("dcgmGroupAddEntity", dcgm_handle, group_id, entityGroupId, entityId)
 
 
 @ensure_byte_strings()

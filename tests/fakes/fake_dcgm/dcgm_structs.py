@@ -349,3 +349,44 @@ class c_dcgmProfGetMetricGroups_v3(_PrintableStructure):
 
 
 dcgmProfGetMetricGroups_version3 = make_dcgm_version(c_dcgmProfGetMetricGroups_v3, 3)
+
+
+# -- MIG: the GPU instance hierarchy (dcgm_structs.h dcgmMigHierarchy_v2; Python names as NVIDIA's) -----
+
+DCGM_MAX_INSTANCES_PER_GPU = 8
+DCGM_MAX_TOTAL_INSTANCES = 14  # GPU instances plus compute instances of one GPU
+DCGM_MAX_HIERARCHY_INFO = DCGM_MAX_NUM_DEVICES * DCGM_MAX_TOTAL_INSTANCES
+
+
+class c_dcgmGroupEntityPair_t(_PrintableStructure):
+    _fields_ = [("entityGroupId", c_uint32), ("entityId", c_uint32)]
+
+
+class c_dcgmMigEntityInfo_t(_PrintableStructure):
+    _fields_ = [
+        ("gpuUuid", _chars(128)),
+        ("nvmlGpuIndex", c_uint),
+        ("nvmlInstanceId", c_uint),
+        ("nvmlComputeInstanceId", c_uint),
+        ("nvmlMigProfileId", c_uint),
+        ("nvmlProfileSlices", c_uint),
+    ]
+
+
+class c_dcgmMigHierarchyInfo_v2(_PrintableStructure):
+    _fields_ = [
+        ("entity", c_dcgmGroupEntityPair_t),
+        ("parent", c_dcgmGroupEntityPair_t),
+        ("info", c_dcgmMigEntityInfo_t),
+    ]
+
+
+class c_dcgmMigHierarchy_v2(_PrintableStructure):
+    _fields_ = [
+        ("version", c_uint),
+        ("count", c_uint),
+        ("entityList", c_dcgmMigHierarchyInfo_v2 * DCGM_MAX_HIERARCHY_INFO),
+    ]
+
+
+c_dcgmMigHierarchy_version2 = make_dcgm_version(c_dcgmMigHierarchy_v2, 2)
