@@ -252,6 +252,20 @@ def test_reconfiguration_mid_run_moves_no_value_to_another_instance(node: Node) 
     assert node.fake.REGISTRY.crashes == []
 
 
+def test_an_instance_created_mid_run_costs_the_others_no_coverage(node: Node) -> None:
+    node.tick()
+    before = node.tick()
+    added = {**LAYOUT, 6: (1, "1g.10gb", 14, "MIG-aaaaaaaa-0006")}
+    node.reconfigure(added)  # appended: DCGM keeps the other instances' entity ids
+    for _ in range(int(MIG_RESCAN_INTERVAL) + 1):
+        after = node.tick()
+    ticks = int(MIG_RESCAN_INTERVAL) + 1
+    for gi in LAYOUT:
+        covered = after[("gpu_mig_profiled_seconds_total", labels(gi))]
+        assert covered == before[("gpu_mig_profiled_seconds_total", labels(gi))] + ticks
+    assert after[("gpu_mig_sm_active_ratio", labels(6, added[6]))] == pytest.approx(SM_ACTIVE[6])
+
+
 def test_all_instances_destroyed_leaves_no_instance_series_and_no_group(node: Node) -> None:
     node.tick()
     node.tick()

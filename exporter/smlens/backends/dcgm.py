@@ -741,6 +741,9 @@ class DcgmBackend(Backend):
         self._drop_instance_watch(session, gpu.uuid)
         field_ids = tuple(f for f in watch.plan.watched if WANTED_FIELDS[f] in n.INSTANCE_ACTIVITIES)
         fresh = _InstanceWatch(entities, field_ids)
+        if current is not None:  # an instance read through the same entity loses no interval
+            same = set(current.entities) & set(entities)
+            fresh.cursors = {i: c for i, c in current.cursors.items() if (i, before[i]) in same}
         session.instance_watches[gpu.uuid] = fresh
         if entities and field_ids:
             # One group for all; if DCGM refuses it, one group per instance, so that only the instances
