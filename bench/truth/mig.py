@@ -2,6 +2,10 @@
 and checks of the per-instance series against what the kernels did.
 
     PYTHONPATH=exporter python3 -m bench.truth.mig [--gpu 0] [--instance GI] [--window 8] [--out truth-mig]
+        [--backend auto|dcgm]
+
+``--backend dcgm`` reads the instances through DCGM's GPU-instance entities (A100 and other pre-Hopper
+GPUs in MIG mode, nv-hostengine running); ``auto`` takes GPM where the GPU has it, else DCGM.
 
 It never reconfigures a GPU: create the instances first (for example ``nvidia-smi mig -cgi 19,19,19 -C``
 as root on an idle GPU) and destroy them yourself afterwards. Needs CuPy. Each phase runs the spin kernel
@@ -160,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     outcomes: list[Outcome] = []
     phases = (("idle", 0, 0), ("one_warp", 1, 32), ("all_sms", 4 * (target.sm_count or 1), 1024))
-    with Exporter(args.out / "smlens.log", 1.0) as exporter:
+    with Exporter(args.out / "smlens.log", 1.0, backend=args.backend) as exporter:
         exporter.wait_ready()
         memory: dict[str, float | None] = {}
         for phase, blocks, threads in phases:
@@ -216,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance", type=int, default=None, help="GPU instance id to load (default: first)")
     parser.add_argument("--window", type=float, default=8.0, help="seconds of each measured window")
     parser.add_argument("--out", type=Path, default=Path("truth-mig"), help="results folder")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "dcgm"),
+        default="auto",
+        help="smlens' backend (dcgm: DCGM's GPU instances)",
+    )
     return run(parser.parse_args(argv))
 
 
