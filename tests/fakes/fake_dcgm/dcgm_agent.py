@@ -34,6 +34,17 @@ def _call(name: str, *args: Any) -> int:
     return dcgm_structs._dcgmCheckReturn(dcgm_structs._dcgmGetFunctionPointer(name)(*args))
 
 
+S = TypeVar("S")
+
+
+def _reply(name: str, handle: c_void_p, struct: type[S], version: int) -> S:
+    """A call whose one argument besides the handle is a versioned structure it fills."""
+    reply: Any = struct()
+    reply.version = version
+    _call(name, handle, byref(reply))
+    return reply  # type: ignore[no-any-return]
+
+
 @ensure_byte_strings()
 def dcgmInit() -> int:
     return _call("dcgmInit")
@@ -90,10 +101,12 @@ def dcgmGetDeviceAttributes(
 
 @ensure_byte_strings()
 def dcgmGetGpuInstanceHierarchy(dcgm_handle: c_void_p) -> dcgm_structs.c_dcgmMigHierarchy_v2:
-    hierarchy = dcgm_structs.c_dcgmMigHierarchy_v2()
-    hierarchy.version = dcgm_structs.c_dcgmMigHierarchy_version2
-    _call("dcgmGetGpuInstanceHierarchy", dcgm_handle, byref(hierarchy))
-    return hierarchy
+    return _reply(
+        "dcgmGetGpuInstanceHierarchy",
+        dcgm_handle,
+        dcgm_structs.c_dcgmMigHierarchy_v2,
+        dcgm_structs.c_dcgmMigHierarchy_version2,
+    )
 
 
 @ensure_byte_strings()
@@ -151,10 +164,12 @@ def dcgmFieldGroupDestroy(dcgm_handle: c_void_p, fieldGroupId: c_void_p) -> int:
 
 @ensure_byte_strings()
 def dcgmFieldGroupGetAll(dcgm_handle: c_void_p) -> dcgm_structs.c_dcgmAllFieldGroup_v1:
-    reply = dcgm_structs.c_dcgmAllFieldGroup_v1()
-    reply.version = dcgm_structs.dcgmAllFieldGroup_version1
-    _call("dcgmFieldGroupGetAll", dcgm_handle, byref(reply))
-    return reply
+    return _reply(
+        "dcgmFieldGroupGetAll",
+        dcgm_handle,
+        dcgm_structs.c_dcgmAllFieldGroup_v1,
+        dcgm_structs.dcgmAllFieldGroup_version1,
+    )
 
 
 @ensure_byte_strings()
