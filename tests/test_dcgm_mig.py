@@ -95,6 +95,11 @@ class Node:
         self.client = TestClient(create_app(publisher, thresholds.load(), lambda: True))
         self.instances = list(LAYOUT)
 
+    def missing(self, gi: int) -> dict[str, str]:
+        """What /api/v1/gpus says is missing for one GPU instance of the MIG GPU."""
+        split = next(g for g in self.client.get("/api/v1/gpus").json()["gpus"] if g["uuid"] == SPLIT)
+        return next(i["missing"] for i in split["instances"] if i["gpu_instance"] == gi)
+
     def dcgm_gi(self, gi: int, **extra: Any) -> Any:
         return self.fake.FakeGpuInstance(nvml_id=gi, slices=(LAYOUT.get(gi) or (1,))[0], **extra)
 
@@ -122,7 +127,10 @@ class Node:
         """Destroy and create GPU instances; DCGM and NVML may each learn of it at its own pace."""
         if nvml:
             gpu = self.nvml.gpu(SPLIT)
-            for gi in [g.id for g in gpu.gpu_instances if g.id not in instances]:
+            gone = [
+                g.id for g in gpu.gpu_instances if instances.get(g.id, (0, "", 0, ""))[3] != g.devices[0].uuid
+            ]
+            for gi in gone:
                 self.nvml.destroy_instance(SPLIT, gi)
             for gi, spec in instances.items():
                 if all(g.id != gi for g in gpu.gpu_instances):
@@ -201,6 +209,7 @@ def test_an_instance_dcgm_returns_blank_for_is_absent_never_zero(node: Node) -> 
     # the integral keeps what it had: the blank tick adds no coverage, and nothing is 0 or NaN
     assert series[("gpu_mig_sm_active_seconds_total", labels(5))] == pytest.approx(SM_ACTIVE[5])
     assert all(v == v for v in series.values())
+    assert node.missing(5) == {"sm_active": "blank", "sm_occupancy": "not_supported"}
 
 
 def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
@@ -214,6 +223,7 @@ def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
     assert set(mig_series(series, "gpu_mig_sm_active_ratio")) == {"1", "5"}
     assert "13" not in mig_series(series, "gpu_mig_profiled_seconds_total")
     assert series[("gpu_mig_memory_used_bytes", labels(13))] == 13 * GIB  # the instance is still there
+    assert node.missing(13) == {"sm_active": "watch_failed"}
     node.engine.gpus[1].instances[2].profiling_error = None
     for _ in range(int(WATCH_RETRY_SECONDS) + 2):
         series = node.tick()
@@ -230,8 +240,10 @@ def test_reconfiguration_mid_run_moves_no_value_to_another_instance(node: Node) 
     old_entity_13 = node.engine.instance_entity(1, 13)
     node.reconfigure(after, nvml=False)
     assert node.engine.instance_entity(1, 13) != old_entity_13
-    seen: list[Series] = []
-    for _ in range(int(MIG_RESCAN_INTERVAL) + 1):
+    seen: list[Series] = [node.tick()]
+    assert node.missing(1) == {"sm_active": "not_in_dcgm"}  # NVML still lists it, DCGM no longer does
+    assert "1" not in mig_series(seen[0], "gpu_mig_sm_active_ratio")
+    for _ in range(int(MIG_RESCAN_INTERVAL)):
         seen.append(node.tick())
     node.reconfigure(after, dcgm=False)
     for _ in range(3):
@@ -250,6 +262,22 @@ def test_reconfiguration_mid_run_moves_no_value_to_another_instance(node: Node) 
     ]
     assert len(gi_groups) == 1
     assert node.fake.REGISTRY.crashes == []
+
+
+def test_an_instance_dcgm_lists_with_another_profile_waits_until_nvml_agrees(node: Node) -> None:
+    node.tick()
+    node.tick()
+    changed = {**LAYOUT, 13: (2, "2g.20gb", 28, "MIG-aaaaaaaa-0113")}  # GI 13 recreated with 2 slices
+    node.reconfigure(changed, nvml=False)
+    series = node.tick()
+    assert node.missing(13) == {"sm_active": "mig_layout_changing"}
+    assert "13" not in mig_series(series, "gpu_mig_sm_active_ratio")
+    assert series[("gpu_mig_memory_used_bytes", labels(13))] == 13 * GIB  # NVML's old view, until it sees
+    node.reconfigure(changed, dcgm=False)
+    for _ in range(3):
+        series = node.tick()
+    assert series[("gpu_mig_sm_active_ratio", labels(13, changed[13]))] == pytest.approx(SM_ACTIVE[13])
+    assert not any(dict(lbl).get("mig_uuid") == LAYOUT[13][3] for _, lbl in series)
 
 
 def test_an_instance_created_mid_run_costs_the_others_no_coverage(node: Node) -> None:
