@@ -337,7 +337,7 @@ def test_matching_needs_the_same_gi_and_slice_count() -> None:
     three = MigInstance(1, "3g.40gb", ("MIG-a",))
     unnamed = MigInstance(2, "", ("MIG-b",))
     missing = MigInstance(3, "1g.10gb", ("MIG-c",))
-    entities = {1: GiEntity(8, 1, 2, 9), 2: GiEntity(9, 2, 4, 5)}
+    entities = {1: GiEntity(8, 1, 2), 2: GiEntity(9, 2, 4)}
     assert match_instances((three, unnamed, missing), entities) == {
         three: "mig_layout_changing",  # DCGM says 2 slices: one side has not seen the change yet
         unnamed: entities[2],  # no profile name to check against

@@ -35,7 +35,6 @@ class GiEntity:
     entity_id: int
     nvml_instance: int  # NVML's GPU instance id
     slices: int  # of its profile
-    profile_id: int  # NVML's GPU instance profile id
 
 
 def gi_entities(hierarchy: Any, fields: Any) -> dict[int, dict[int, GiEntity]]:
@@ -49,12 +48,7 @@ def gi_entities(hierarchy: Any, fields: Any) -> dict[int, dict[int, GiEntity]]:
         if int(row.parent.entityGroupId) != fields.DCGM_FE_GPU:
             continue
         info = row.info
-        entity = GiEntity(
-            int(row.entity.entityId),
-            int(info.nvmlInstanceId),
-            int(info.nvmlProfileSlices),
-            int(info.nvmlMigProfileId),
-        )
+        entity = GiEntity(int(row.entity.entityId), int(info.nvmlInstanceId), int(info.nvmlProfileSlices))
         found.setdefault(int(row.parent.entityId), {})[entity.nvml_instance] = entity
     return found
 
