@@ -24,7 +24,8 @@ Behaviour modelled on DCGM's source (docs/dcgm.md lists where each was checked):
 * MIG: a GPU's :class:`FakeGpuInstance` list is its GPU instances (GIs) in DCGM's enumeration order.
   ``dcgmGetGpuInstanceHierarchy`` lists each GI (parent: its GPU) followed by its compute instances
   (parent: the GI), with entity ids numbered per GPU as DCGM's cache manager does (``gpuId *
-  DCGM_MAX_INSTANCES_PER_GPU`` + position), so a reconfiguration can give an id to another GI.
+  maxGpcs`` + position; maxGpcs is NVML's maximum MIG device count, here DCGM's fallback
+  DCGM_MAX_INSTANCES_PER_GPU), so a reconfiguration can give an id to another GI.
   Entities are (entity group, id) pairs: groups hold them (``dcgmGroupAddEntity``), watches and
   samples are kept per entity; ``reconfigure`` replaces a GPU's GIs and drops their samples.
 """

@@ -2,8 +2,9 @@
 
 smlens names a GPU instance the way NVML's layout does (:class:`~smlens.model.MigInstance`: NVML's GI id,
 profile, MIG device UUIDs), so that the DCGM backend's activity and the nvml backend's memory of one
-instance land on one series. DCGM numbers its GI entities itself (``gpuId * DCGM_MAX_INSTANCES_PER_GPU`` +
-the GI's position, DcgmCacheManager.cpp), so an id can pass to another GI when MIG is reconfigured; the
+instance land on one series. DCGM numbers its GI entities itself (``gpuId *`` the GPU's maximum MIG
+device count + the GI's position, DcgmCacheManager.cpp), so an id can pass to another GI when MIG is
+reconfigured; the
 hierarchy (``dcgmGetGpuInstanceHierarchy``) gives, per GI entity, its parent GPU, NVML's GI id
 (``nvmlInstanceId``) and the profile's slice count (``nvmlProfileSlices``), which must agree with the
 ``<slices>g.`` of NVML's profile name before DCGM's values are credited to that instance.
