@@ -16,8 +16,8 @@ import pytest
 from smlens import thresholds
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS, SM_ELAPSED, TENSOR_ACTIVE
-from smlens.profile.cupti_session import fill_timestamps
 from smlens.profile.recording import Recording, RecordingError
+from smlens.profile.timestamps import fill_timestamps, settle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "profile"
 GUARD_NS = (
@@ -261,3 +261,17 @@ def test_recording_round_trips_and_bad_ones_get_one_sentence(tmp_path: Path) -> 
     broken.write_text("{")
     with pytest.raises(RecordingError, match="cannot read"):
         Recording.load(broken)
+
+
+def test_settling_keeps_what_covers_time_and_says_what_it_dropped() -> None:
+    # decode order as CUPTI 13.4 gave it on the H200: an unclocked first sample, an open start, an untimed run
+    # that fits its gap, one that does not, and the zero-length samples decoded after stop
+    stamps = np.array(
+        [[0, 50], [0, 100], [100, 200], [0, 300], [0, 0], [400, 500], [0, 0], [900, 1000], [10, 10], [10, 10]]
+    )
+    settled = settle(stamps, 100)
+    assert settled.keep.tolist() == [False, True, True, True, True, True, False, True, False, False]
+    assert stamps[1].tolist() == [50, 100] and stamps[3].tolist() == [200, 300]
+    assert stamps[4].tolist() == [300, 400]
+    assert (settled.dropped_unclocked, settled.start_inferred, settled.timestamps_filled) == (1, 2, 1)
+    assert (settled.dropped_untimed, settled.dropped_empty) == (1, 2)

@@ -10,7 +10,9 @@ line on stdin, then runs and prints one JSON line:
   ``%globaltimer`` (in stream order, so the stamp is when the GPU reached the phase);
 * ``cold``: the first probe's layout, with nothing warmed up (kernels compile and cuBLAS loads inside it);
 * ``steady``: each workload of the truth harness for a while, with an NVML GPM reading over its middle second;
-* ``gemm-rate``: bf16 8192^3 GEMMs for S seconds, TFLOP/s.
+* ``gemm-rate``: bf16 8192^3 GEMMs for S seconds, TFLOP/s;
+* ``gemm-blocks``: one JSON line per line read on stdin (until ``quit``): a block of the same number of
+  bf16 8192^3 GEMMs (about S seconds), timed with CUDA events, TFLOP/s.
 Needs CuPy, PyTorch and nvidia-ml-py.
 """
 
@@ -254,6 +256,23 @@ def gemm_rate(gpu: Gpu, seconds: float) -> dict[str, Any]:
     return {"tflops": 2 * GEMM_SIZE**3 * done / (time.perf_counter() - t) / 1e12}
 
 
+def gemm_blocks(gpu: Gpu, seconds: float) -> dict[str, Any]:
+    launches = gemm_launches_for(gpu, seconds)
+    start, end = gpu.torch.cuda.Event(enable_timing=True), gpu.torch.cuda.Event(enable_timing=True)
+    ready()
+    blocks = 0
+    while True:
+        start.record()
+        gpu.gemm(GEMM_SIZE, launches)
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+        print(json.dumps({"tflops": 2 * GEMM_SIZE**3 * launches / ms / 1e9, "ms": ms}), flush=True)
+        blocks += 1
+        if sys.stdin.readline().strip() in ("quit", ""):
+            return {"blocks": blocks, "launches": launches}
+
+
 def ready() -> None:
     print("ready", flush=True)
     sys.stdin.readline()
@@ -261,7 +280,7 @@ def ready() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("mode", choices=("schedule", "cold", "steady", "gemm-rate"))
+    parser.add_argument("mode", choices=("schedule", "cold", "steady", "gemm-rate", "gemm-blocks"))
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=1.6)
     args = parser.parse_args()
@@ -272,6 +291,8 @@ def main() -> int:
         result = cold(gpu, args.reps)
     elif args.mode == "steady":
         result = steady(gpu, args.seconds)
+    elif args.mode == "gemm-blocks":
+        result = gemm_blocks(gpu, args.seconds)
     else:
         result = gemm_rate(gpu, args.seconds)
     print(json.dumps(result), flush=True)

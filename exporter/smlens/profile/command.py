@@ -12,8 +12,8 @@ from smlens import thresholds
 from smlens.errors import SmlensError
 
 MIN_INTERVAL_US = 100  # 10 kHz
-# 5 kHz by default: decoding costs ~90 us of host CPU per sample (H200, docs/profile.md), so 10 kHz keeps one
-# core ~90 % busy and a slower host can let the GPU's sample buffer overflow.
+# 5 kHz by default: on the H200 a capture keeps about 0.75 of a host core busy at 5 kHz and 1.1 at 10 kHz
+# (decoding plus the evaluator process; docs/profile.md, Cost).
 DEFAULT_INTERVAL_US = 200
 MAX_SECONDS = 600
 

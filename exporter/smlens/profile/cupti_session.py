@@ -1,15 +1,15 @@
-"""PM sampling of one GPU through NVIDIA's cupti-python: the only module of smlens that imports CUPTI.
+"""PM sampling of one GPU through NVIDIA's cupti-python (with evaluator.py's worker, the only CUPTI user).
 
 The hardware writes one record per interval into a buffer on the GPU; :class:`Session` decodes it into
-counter-data images of ``CHUNK_SAMPLES`` samples while the capture runs (``poll``), so a long capture never
-overflows the buffer and most of the host work is done by the time it stops. Samples are evaluated (counter
-values from the image) as they complete. Built on ``cupti.pm_sampling.Collector`` of cupti-python 13.4 for
-enable/configure/start/stop, and on the ``cupti.cupti`` calls that Collector itself makes for decoding
-(cupti-python 13.4.0, cupti/pm_sampling.py).
+counter-data images every ``POLL_S`` while the capture runs (``poll``) and hands each image, half full, to a
+worker process that evaluates the counters, so the loop that drains the GPU's buffer does nothing else.
+Built on ``cupti.pm_sampling.Collector`` of cupti-python 13.4 for enable/configure/start/stop, and on the
+``cupti.cupti`` calls that Collector itself makes for decoding (cupti-python 13.4.0, cupti/pm_sampling.py).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +19,14 @@ import numpy as np
 
 from smlens.errors import SmlensError
 from smlens.profile.counters import COUNTERS, PEAK_OF
+from smlens.profile.evaluator import ImagePipeline, SharedImage, peak_rss_kib, prepare
 from smlens.profile.recording import Recording
+from smlens.profile.timestamps import settle
 
-CHUNK_SAMPLES = 10_000
 HARDWARE_BUFFER_BYTES = 256 * 2**20
+POLL_S = 0.05  # the decode loop's period
+HEADROOM_S = 0.2  # how far the decode loop may fall behind before an image fills
+MIN_IMAGE_SLOTS = 256
 
 
 class ProfileError(SmlensError):
@@ -87,19 +91,26 @@ def resolve_gpu(selector: str) -> Gpu:
 class DecodeStats:
     decode_s: float = 0.0  # cuptiPmSamplingDecodeData
     timestamps_s: float = 0.0  # per-sample start/end
-    evaluate_s: float = 0.0  # counter values per sample
-    images: int = 0
+    images: int = 0  # images handed to the worker
+    images_filled: int = 0  # decodes that stopped at a full image (then samples come back untimed)
+    incomplete_at_handover: int = 0  # samples populated but not completed in an image handed over
     overflow: bool = False
-    dropped_unclocked: int = 0  # samples without a start time and nothing before them (a capture's first)
-    start_inferred: int = 0  # samples without a start time that continue the previous one
-    timestamps_filled: int = 0  # samples without any timestamp placed between their neighbours
-    dropped_untimed: int = 0  # samples without any timestamp that could not be placed
-    image_bytes: int = 0
-    cpu_s: float = field(default=0.0)
+    cpu_s: float = field(default=0.0)  # this process, in poll()
+
+
+def image_slots(interval_ns: int) -> int:
+    """Samples per counter-data image: twice what arrives in ``HEADROOM_S``, so that an image handed over
+    when half full still has room for ``HEADROOM_S`` of samples if the decode loop falls behind."""
+    return max(MIN_IMAGE_SLOTS, math.ceil(2 * HEADROOM_S * 1e9 / interval_ns))
 
 
 class Session:
-    """One PM sampling capture of one GPU; use as a context manager (the session is released on exit)."""
+    """One PM sampling capture of one GPU; use as a context manager (the session is released on exit).
+
+    ``poll`` decodes what the GPU wrote into a counter-data image and reads each new sample's timestamps;
+    an image that is half full goes to a worker process (evaluator.py) that evaluates its counters, and
+    decoding goes on in a fresh image. No decode ever fills an image: after one that does, CUPTI 13.4 returns
+    samples without timestamps (docs/profile.md)."""
 
     def __init__(
         self,
@@ -107,18 +118,17 @@ class Session:
         interval_ns: int,
         hardware_buffer_bytes: int = HARDWARE_BUFFER_BYTES,
         keep_latest: bool = False,
+        slots: int | None = None,
     ) -> None:
         self.gpu = gpu
         self.interval_ns = interval_ns
         self._cu, self._pm, self._ph = import_cupti()
-        self._metrics = [*COUNTERS, *PEAK_OF.values()]
         self._collector: Any = None
-        self._host: Any = None
-        self._image: Any = None
-        self._harvested = 0  # samples of the current image already evaluated
-        self._rows: list[np.ndarray] = []
+        self._pipeline: ImagePipeline | None = None
+        self._image: SharedImage | None = None
+        self._slots = slots or image_slots(interval_ns)
+        self._harvested = 0  # samples of the current image whose timestamps were read
         self._stamps: list[tuple[int, int]] = []
-        self.peaks: dict[str, float] = {}
         self.stats = DecodeStats()
         self._buffer = hardware_buffer_bytes
         self._keep_latest = keep_latest
@@ -141,19 +151,26 @@ class Session:
         try:
             mode = self._pm.HardwareBufferAppendMode
             collector.configure(
-                metrics=self._metrics,
+                metrics=[*COUNTERS, *PEAK_OF.values()],
                 hardware_buffer_size=self._buffer,
                 sampling_interval=self.interval_ns,
                 hw_buffer_append_mode=mode.KEEP_LATEST if self._keep_latest else mode.KEEP_OLDEST,
             )
-            self._host = self._ph.ProfilerHost(collector._chip_name, self._ph.ProfilerType.PM_SAMPLING)
-            self._host.initialize()
+            self._pipeline = ImagePipeline(
+                self._image_bytes(),
+                self._initialize_image,
+                prepare,
+                (collector._chip_name, COUNTERS, tuple(PEAK_OF.values())),
+            )
         except cu.cuptiError as exc:
             self.close()
             raise ProfileError(self._explain(exc)) from None
         except ValueError as exc:
             self.close()
             raise ProfileError(f"GPU {self.gpu.index} cannot sample smlens' counters: {exc}") from None
+        except Exception as exc:  # the worker could not start or prepare (its error crossed a process)
+            self.close()
+            raise ProfileError(f"the process that evaluates the samples could not start: {exc}.") from None
         return self
 
     def _no_permission(self) -> str:
@@ -183,16 +200,43 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        if self._host is not None:
-            self._host.deinitialize()
-            self._host = None
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
         if self._collector is not None:
             self._collector.disable()
             self._collector = None
 
+    # The two image calls below are the ones cupti-python 13.4.0's Collector._create_counter_data_image makes
+    # (cupti/pm_sampling.py), on memory the worker process shares. Every image has the same size: CUPTI's
+    # size query is made once.
+    def _image_bytes(self) -> int:
+        from cupti.utils import metrics_to_c_array  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        cu = self._cu
+        kept, names = metrics_to_c_array(self._collector._metrics)  # kept: what the pointers point into
+        params = cu.PmSamplingGetCounterDataSizeParams()
+        params.struct_size = cu.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
+        params.p_pm_sampling_object = self._collector._pm_sampling_object
+        params.p_metric_names = names
+        params.num_metrics = len(self._collector._metrics)
+        params.max_samples = self._slots
+        cu.pm_sampling_get_counter_data_size(params.ptr)
+        del kept
+        return int(params.counter_data_size)
+
+    def _initialize_image(self, image: np.ndarray) -> None:
+        cu = self._cu
+        params = cu.PmSamplingCounterDataImageInitializeParams()
+        params.struct_size = cu.PM_SAMPLING_COUNTER_DATA_IMAGE_INITIALIZE_PARAMS_STRUCT_SIZE
+        params.p_pm_sampling_object = self._collector._pm_sampling_object
+        params.counter_data_size = len(image)
+        params.p_counter_data = image.ctypes.data
+        cu.pm_sampling_counter_data_image_initialize(params.ptr)
+
     def start(self) -> None:
         try:
-            self._image = self._new_image()
+            self._image = self._take()
             self._collector.start()
         except self._cu.cuptiError as exc:
             raise ProfileError(self._explain(exc)) from None
@@ -200,28 +244,40 @@ class Session:
     def stop(self) -> None:
         self._collector.stop()
         self.poll()
-
-    def _new_image(self) -> Any:
-        self.stats.images += 1
-        self._harvested = 0
-        image = self._collector._create_counter_data_image(CHUNK_SAMPLES)
-        self.stats.image_bytes = len(image)
-        return image
+        if self._image is not None and self._harvested:
+            self._hand_over()
+        self._image = None
 
     @property
     def samples(self) -> int:
         return len(self._stamps)
 
+    def _take(self) -> SharedImage:
+        assert self._pipeline is not None
+        try:
+            return self._pipeline.take()
+        except ProfileError:
+            raise
+        except Exception as exc:
+            raise ProfileError(f"evaluating the samples failed in the worker process: {exc}.") from None
+
+    def _hand_over(self) -> None:
+        assert self._pipeline is not None and self._image is not None
+        self._pipeline.hand_over(self._image, self._harvested)
+        self.stats.images += 1
+
     def poll(self) -> None:
-        """Decode what the hardware wrote since the last call and evaluate every completed sample."""
+        """Decode what the hardware wrote since the last call; hand a half-full image to the worker."""
         cu = self._cu
         cpu = time.process_time()
         while True:
+            assert self._image is not None
+            image = self._image.array
             params = cu.PmSamplingDecodeDataParams()
             params.struct_size = cu.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE
             params.p_pm_sampling_object = self._collector._pm_sampling_object
-            params.p_counter_data_image = self._image.ctypes.data
-            params.counter_data_image_size = len(self._image)
+            params.p_counter_data_image = image.ctypes.data
+            params.counter_data_image_size = len(image)
             t = time.perf_counter()
             try:
                 cu.pm_sampling_decode_data(params.ptr)
@@ -234,113 +290,86 @@ class Session:
                 raise
             self.stats.decode_s += time.perf_counter() - t
             self.stats.overflow |= bool(params.overflow)
-            self._harvest()
-            if params.decode_stop_reason != cu.PmSamplingDecodeStopReason.COUNTER_DATA_FULL:
+            populated = self._read_timestamps()
+            full = params.decode_stop_reason == cu.PmSamplingDecodeStopReason.COUNTER_DATA_FULL
+            self.stats.images_filled += int(full)
+            if full or populated >= self._slots // 2:
+                self.stats.incomplete_at_handover += max(0, populated - self._harvested)
+                self._hand_over()
+                self._image, self._harvested = self._take(), 0
+            if not full:
                 break
-            self._image = self._new_image()
         self.stats.cpu_s += time.process_time() - cpu
 
-    def _harvest(self) -> None:
-        cu, image = self._cu, self._image
+    def _read_timestamps(self) -> int:
+        """Read the start/end of every sample completed since the last call; returns the populated count."""
+        cu = self._cu
+        assert self._image is not None
+        image = self._image.array
+        t = time.perf_counter()
         info = cu.PmSamplingGetCounterDataInfoParams()
         info.struct_size = cu.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
         info.p_counter_data_image = image.ctypes.data
         info.counter_data_image_size = len(image)
         cu.pm_sampling_get_counter_data_info(info.ptr)
-        for index in range(self._harvested, int(info.num_completed_samples)):
-            t = time.perf_counter()
-            sample = cu.PmSamplingCounterDataGetSampleInfoParams()
-            sample.struct_size = cu.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE
-            sample.p_pm_sampling_object = self._collector._pm_sampling_object
-            sample.p_counter_data_image = image.ctypes.data
-            sample.counter_data_image_size = len(image)
+        sample = cu.PmSamplingCounterDataGetSampleInfoParams()
+        sample.struct_size = cu.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE
+        sample.p_pm_sampling_object = self._collector._pm_sampling_object
+        sample.p_counter_data_image = image.ctypes.data
+        sample.counter_data_image_size = len(image)
+        completed = int(info.num_completed_samples)
+        for index in range(self._harvested, completed):
             sample.sample_index = index
             cu.pm_sampling_counter_data_get_sample_info(sample.ptr)
-            t2 = time.perf_counter()
-            self.stats.timestamps_s += t2 - t
-            if not self.peaks:
-                values = self._host.evaluate_metric_values(image, self._metrics, index)
-                self.peaks = {c: float(values[self._metrics.index(p)]) for c, p in PEAK_OF.items()}
-                row = values[: len(COUNTERS)]
-            else:
-                row = self._host.evaluate_metric_values(image, list(COUNTERS), index)
-            self.stats.evaluate_s += time.perf_counter() - t2
-            start, end = int(sample.start_timestamp), int(sample.end_timestamp)
-            if start == 0 and end != 0:
-                if not self._stamps:  # the capture's first sample: it began before sampling started
-                    self.stats.dropped_unclocked += 1
-                    continue
-                start = self._stamps[-1][1]
-                self.stats.start_inferred += 1
-            self._stamps.append((start, end))  # (0, 0): no timestamps, placed by fill_timestamps()
-            self._rows.append(row)
-        self._harvested = int(info.num_completed_samples)
+            self._stamps.append((int(sample.start_timestamp), int(sample.end_timestamp)))
+        self._harvested = completed
+        self.stats.timestamps_s += time.perf_counter() - t
+        return int(info.num_populated_samples)
 
     def recording(self) -> Recording:
+        """The capture, once the worker has evaluated every image (call after ``stop``)."""
+        assert self._pipeline is not None
+        try:
+            evaluated = self._pipeline.results()
+        except Exception as exc:
+            raise ProfileError(f"evaluating the samples failed in the worker process: {exc}.") from None
+        values = np.concatenate([e.values for e in evaluated]) if evaluated else np.empty((0, len(COUNTERS)))
+        first = next((e.peaks for e in evaluated if e.peaks is not None), None)
+        peaks = {} if first is None else {c: float(v) for c, v in zip(PEAK_OF, first, strict=True)}
         stamps = np.asarray(self._stamps, dtype=np.int64).reshape(-1, 2)
-        values = np.asarray(self._rows, dtype=np.float64).reshape(-1, len(COUNTERS))
-        keep, filled = fill_timestamps(stamps, self.interval_ns)
-        stamps, values = stamps[keep], values[keep]
+        settled = settle(stamps, self.interval_ns)
+        stamps, values = stamps[settled.keep], values[settled.keep]
         stats = self.stats
-        stats.timestamps_filled = filled
-        stats.dropped_untimed = int((~keep).sum())
         return Recording(
             gpu={"index": self.gpu.index, "uuid": self.gpu.uuid, "name": self.gpu.name},
             chip=str(self._collector._chip_name if self._collector else ""),
             interval_ns=self.interval_ns,
             counters=list(COUNTERS),
-            peaks=dict(self.peaks),
+            peaks=peaks,
             start_ns=stamps[:, 0],
             end_ns=stamps[:, 1],
             values=values,
             notes={
                 "decode_s": round(stats.decode_s, 4),
                 "timestamps_s": round(stats.timestamps_s, 4),
-                "evaluate_s": round(stats.evaluate_s, 4),
                 "host_cpu_s": round(stats.cpu_s, 4),
+                "evaluator_cpu_s": round(evaluated[-1].cpu_s, 4) if evaluated else 0.0,
+                "evaluator_max_rss_mib": round(evaluated[-1].max_rss_kib / 1024, 1) if evaluated else 0.0,
+                "max_rss_mib": round(peak_rss_kib() / 1024, 1),
+                "image_slots": self._slots,
+                "image_bytes": self._pipeline.image_bytes,
                 "images": stats.images,
+                "images_filled": stats.images_filled,
+                "evaluator_waits": self._pipeline.waits,
+                "incomplete_at_handover": stats.incomplete_at_handover,
                 "overflow": stats.overflow,
-                "dropped_unclocked": stats.dropped_unclocked,
-                "start_inferred": stats.start_inferred,
-                "timestamps_filled": stats.timestamps_filled,
-                "dropped_untimed": stats.dropped_untimed,
-                "image_bytes": stats.image_bytes,
+                "dropped_unclocked": settled.dropped_unclocked,
+                "dropped_empty": settled.dropped_empty,
+                "start_inferred": settled.start_inferred,
+                "timestamps_filled": settled.timestamps_filled,
+                "dropped_untimed": settled.dropped_untimed,
             },
         )
-
-
-def fill_timestamps(stamps: np.ndarray, interval_ns: int) -> tuple[np.ndarray, int]:
-    """Place samples that CUPTI returned without timestamps (rows of (0, 0)), in place.
-
-    Seen on an H200 with cupti-python 13.4: after each decode that filled a counter-data image, a run of
-    samples comes back with start and end 0. A run of k such samples between a sample ending at E and one
-    starting at S is placed in k equal slots when (S - E) / k is the sampling interval within 2 %; runs at the
-    ends of the capture, or that do not fit, are dropped. Returns the rows to keep and how many were
-    placed."""
-    keep = np.ones(len(stamps), dtype=bool)
-    untimed = (stamps[:, 0] == 0) & (stamps[:, 1] == 0)
-    filled = 0
-    i = 0
-    while i < len(stamps):
-        if not untimed[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(stamps) and untimed[j]:
-            j += 1
-        k = j - i
-        if i > 0 and j < len(stamps):
-            before, after = int(stamps[i - 1, 1]), int(stamps[j, 0])
-            slot = (after - before) / k
-            if abs(slot - interval_ns) <= 0.02 * interval_ns:
-                edges = before + np.rint(np.arange(k + 1) * slot).astype(np.int64)
-                stamps[i:j, 0], stamps[i:j, 1] = edges[:-1], edges[1:]
-                filled += k
-                i = j
-                continue
-        keep[i:j] = False
-        i = j
-    return keep, filled
 
 
 def capture(
@@ -349,13 +378,14 @@ def capture(
     """Sample ``gpu`` for ``seconds``; ``progress(elapsed, samples)`` is called about 5 times a second."""
     with Session(gpu, interval_ns) as session:
         session.start()
-        began = time.monotonic()
+        began = shown = time.monotonic()
         try:
             while (elapsed := time.monotonic() - began) < seconds:
-                time.sleep(min(0.2, seconds - elapsed))
+                time.sleep(min(POLL_S, seconds - elapsed))
                 session.poll()
-                if progress is not None:
-                    progress(min(seconds, time.monotonic() - began), session.samples)
+                if progress is not None and time.monotonic() - shown >= 0.2:
+                    shown = time.monotonic()
+                    progress(min(seconds, shown - began), session.samples)
         finally:
             session.stop()
         return session.recording()

@@ -1,0 +1,180 @@
+"""Counter evaluation in a worker process, so that a capture's decode loop does nothing but drain the GPU.
+
+Turning a decoded sample into counter values (``cuptiProfilerHostEvaluateToGpuValues``) cost about as much
+host time as decoding it (docs/profile.md, Cost). Done in the loop that drains the GPU's sample buffer, it
+let that buffer overflow at 10 kHz. Here the loop hands each counter-data image, once it holds enough
+samples, to one worker process and goes on decoding into the next image; the worker evaluates the image's
+samples and the image is reused once they are back.
+
+Images live in memfd shared memory: no copy, and no dependence on the size of ``/dev/shm`` (64 MiB in a
+container by default, less than one image). The worker maps an image through ``/proc/<pid>/fd/<fd>``.
+cupti-python documents this use of a decoded image (``cupti.pm_sampling.CounterData``: "serialized to defer or
+offload metric extraction to another process"). No CUPTI import at module level: the worker imports it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+class SharedImage:
+    """A counter-data image in memory that the worker process maps too."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fd = os.memfd_create("smlens-counter-data")
+        os.ftruncate(self.fd, size)
+        self._map = mmap.mmap(self.fd, size)
+        self.array: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+
+    def close(self) -> None:
+        del self.array  # the map cannot close while an array exports its buffer
+        self._map.close()
+        os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    values: np.ndarray  # samples x counters, float64
+    peaks: np.ndarray | None  # the peak sub-metrics, read from the image's first sample when asked
+    cpu_s: float  # the worker's CPU time so far
+    max_rss_kib: int  # the worker's peak resident set so far
+
+
+# The worker's state: its own CUPTI host object and the images it has mapped (by path).
+_host: Any = None
+_metrics: tuple[list[str], list[str]] = ([], [])
+_maps: dict[str, np.ndarray] = {}
+
+
+def prepare(chip: str, counters: Sequence[str], peaks: Sequence[str]) -> None:
+    """In the worker: the CUPTI host object that evaluates images of ``chip`` (runs once, first)."""
+    global _host, _metrics
+    from cupti import profiler_host  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.PM_SAMPLING)
+    host.initialize()
+    _host, _metrics = host, (list(counters), [*counters, *peaks])
+
+
+def image_view(path: str, size: int) -> np.ndarray:
+    """In the worker: the shared image at ``path``, mapped once."""
+    view = _maps.get(path)
+    if view is None:
+        with open(path, "rb") as f:
+            view = np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), dtype=np.uint8)
+        _maps[path] = view
+    return view
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set (VmHWM: unlike ru_maxrss, not inherited from the parent's fork)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def _usage() -> tuple[float, int]:
+    return time.process_time(), peak_rss_kib()
+
+
+def evaluate(path: str, size: int, count: int, with_peaks: bool) -> Evaluated:
+    """In the worker: the counter values of samples 0..count-1 of the image at ``path``."""
+    image = image_view(path, size)
+    counters, everything = _metrics
+    values = np.empty((count, len(counters)))
+    peaks = None
+    for index in range(count):
+        if with_peaks and index == 0:
+            row = _host.evaluate_metric_values(image, everything, 0)
+            values[0], peaks = row[: len(counters)], row[len(counters) :]
+        else:
+            values[index] = _host.evaluate_metric_values(image, counters, index)
+    return Evaluated(values, peaks, *_usage())
+
+
+Job = Callable[[str, int, int, bool], Evaluated]
+
+
+class ImagePipeline:
+    """Counter-data images handed to one worker process in capture order, each reused once evaluated.
+
+    ``initialize(array)`` readies an image for decoding (in this process); ``prepare`` with ``prepare_args``
+    runs first in the worker; ``job`` evaluates one image there. At most ``max_images`` images exist: when
+    none is free, taking one waits for the oldest evaluation."""
+
+    def __init__(
+        self,
+        image_bytes: int,
+        initialize: Callable[[np.ndarray], None],
+        prepare: Callable[..., None],
+        prepare_args: tuple[Any, ...],
+        job: Job = evaluate,
+        max_images: int = 3,
+    ) -> None:
+        self.image_bytes = image_bytes
+        self._initialize = initialize
+        self._job = job
+        self._max = max_images
+        self._images: list[SharedImage] = []
+        self._free: list[SharedImage] = []
+        self._pending: deque[tuple[SharedImage, Future[Evaluated]]] = deque()
+        self._results: list[Future[Evaluated]] = []
+        self._peaks_asked = False
+        self.waits = 0  # times the decode loop had to wait for the worker to free an image
+        # spawn, not fork: this process holds a CUDA context and CUPTI state a forked child must not inherit
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self._pool.submit(prepare, *prepare_args).result()  # starts the worker; its errors surface here
+
+    def take(self) -> SharedImage:
+        """A fresh image to decode into."""
+        self._recycle(wait=False)
+        if not self._free and len(self._images) >= self._max:
+            self.waits += 1
+            self._recycle(wait=True)
+        if self._free:
+            return self._free.pop()
+        image = SharedImage(self.image_bytes)
+        self._images.append(image)
+        self._initialize(image.array)
+        return image
+
+    def hand_over(self, image: SharedImage, count: int) -> None:
+        """Evaluate samples 0..count-1 of ``image`` in the worker; the image is reused afterwards."""
+        with_peaks = count > 0 and not self._peaks_asked
+        self._peaks_asked |= with_peaks
+        future = self._pool.submit(self._job, image.path, image.size, count, with_peaks)
+        self._pending.append((image, future))
+        self._results.append(future)
+
+    def _recycle(self, wait: bool) -> None:
+        while self._pending and (wait or self._pending[0][1].done()):
+            image, future = self._pending.popleft()
+            future.result()  # a worker failure stops the capture here
+            self._initialize(image.array)
+            self._free.append(image)
+            wait = False
+
+    def results(self) -> list[Evaluated]:
+        """Every image's values, in the order the images were handed over (waits for the worker)."""
+        return [future.result() for future in self._results]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
+        for image in self._images:
+            image.close()
+        self._images, self._free = [], []

@@ -1,0 +1,66 @@
+"""smlens profile's evaluation pipeline without a GPU: real worker process, real shared images; only the two
+CUPTI calls (ready an image, evaluate a sample) are replaced (tests/profile_worker_double.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from profile_worker_double import evaluate, failing, prepare
+from smlens.profile.cupti_session import image_slots
+from smlens.profile.evaluator import ImagePipeline
+
+SIZE = 4096
+
+
+def zero(image: np.ndarray) -> None:
+    image[:] = 0
+
+
+def test_images_are_evaluated_in_another_process_in_order_and_reused_only_once_evaluated() -> None:
+    initialized: list[int] = []  # the address of each image readied
+
+    def initialize(image: np.ndarray) -> None:
+        initialized.append(image.ctypes.data)
+        zero(image)
+
+    pipeline = ImagePipeline(SIZE, initialize, prepare, ("GH100",), job=evaluate, max_images=2)
+    try:
+        patterns = []
+        for k in range(6):
+            image = pipeline.take()
+            assert not image.array[:16].any(), "a reused image is readied again before decoding"
+            image.array[: 10 + k] = k + 1  # what "decoding" wrote
+            patterns.append([k + 1] * (10 + k))
+            pipeline.hand_over(image, 10 + k)
+        results = pipeline.results()
+    finally:
+        pipeline.close()
+    assert [r.values[:, 0].tolist() for r in results] == patterns  # no image was overwritten early
+    assert len(set(initialized)) == 2 and len(initialized) >= 6  # two images, each readied before reuse
+    assert pipeline.waits >= 1  # the evaluations were slower than the hand-overs
+    assert results[0].peaks is not None and int(results[0].peaks[0]) != os.getpid()
+    assert all(r.peaks is None for r in results[1:])  # the peaks are read once
+
+
+def test_a_worker_that_cannot_prepare_fails_at_once() -> None:
+    with pytest.raises(RuntimeError, match="no host for this chip"):
+        ImagePipeline(SIZE, zero, prepare, ("broken",), job=evaluate)
+
+
+def test_a_failed_evaluation_surfaces_when_the_results_are_read() -> None:
+    pipeline = ImagePipeline(SIZE, zero, prepare, ("GH100",), job=failing)
+    try:
+        pipeline.hand_over(pipeline.take(), 3)
+        with pytest.raises(ValueError, match="bad counter data"):
+            pipeline.results()
+    finally:
+        pipeline.close()
+
+
+@pytest.mark.parametrize(("interval_us", "slots"), [(100, 4000), (200, 2000), (1000, 400), (10_000, 256)])
+def test_an_image_holds_twice_the_headroom(interval_us: int, slots: int) -> None:
+    # handed over half full, an image keeps 0.2 s of room (HEADROOM_S) for a late decode
+    assert image_slots(interval_us * 1000) == slots
