@@ -14,6 +14,7 @@ offload metric extraction to another process"). No CUPTI import at module level:
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import multiprocessing
 import os
@@ -39,8 +40,10 @@ class SharedImage:
         self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
 
     def close(self) -> None:
-        del self.array  # the map cannot close while an array exports its buffer
-        self._map.close()
+        del self.array
+        # an array may still refer to the map (in the traceback of a failed decode): then it goes with it
+        with contextlib.suppress(BufferError):
+            self._map.close()
         os.close(self.fd)
 
 

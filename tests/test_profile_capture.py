@@ -1,0 +1,114 @@
+"""smlens profile's capture loop (smlens.profile.cupti_session.Session) without a GPU: the decode loop, the
+hand-over of half-full images to the real worker process, and how samples without timestamps are handled.
+CUPTI is the double in tests/fakes/fake_cupti (checked against cupti-python 13.4.0; its decoding behaves
+as the H200 did)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from smlens.profile.counters import COUNTERS
+from smlens.profile.cupti_session import Gpu, ProfileError, Session
+
+FAKE = Path(__file__).parent / "fakes" / "fake_cupti"
+GPU = Gpu(index=0, uuid="GPU-00000000-0000-0000-0000-000000000000", name="NVIDIA H200", cuda_ordinal=0)
+INTERVAL = 100_000
+
+
+def _forget_cupti() -> None:
+    for name in [m for m in sys.modules if m == "cupti" or m.startswith("cupti.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    _forget_cupti()
+    monkeypatch.syspath_prepend(str(FAKE))  # the spawned evaluator inherits sys.path
+    monkeypatch.setattr("smlens.profile.cuda.retain_primary_context", lambda ordinal: None)
+    import cupti.cupti as cu
+
+    yield cu
+    _forget_cupti()
+
+
+def expected_values(first: int, last: int) -> np.ndarray:
+    from cupti.profiler_host import value
+
+    return np.array([[value(c, seq) for c in COUNTERS] for seq in range(first, last + 1)])
+
+
+def capture(cupti: Any, batches: list[int], slots: int = 100) -> Any:
+    with Session(GPU, INTERVAL, slots=slots) as session:
+        session.start()
+        for count in batches:
+            cupti.HARDWARE.feed(count)
+            session.poll()
+        session.stop()
+        return session.recording()
+
+
+def test_images_go_to_the_worker_half_full_and_every_sample_comes_back_in_order(cupti: Any) -> None:
+    recording = capture(cupti, [20] * 30 + [5])  # 605 records, 20 per decode: never near a full image
+    assert len(recording) == 604  # all but the first, which began before sampling (start 0)
+    assert np.array_equal(recording.values, expected_values(2, 605))
+    assert np.array_equal(recording.start_ns[1:], recording.end_ns[:-1])  # contiguous
+    assert np.all(recording.end_ns - recording.start_ns == INTERVAL)
+    notes = recording.notes
+    assert notes["images"] == 11  # handed over at 60 samples (>= 50 of 100), and the last at stop
+    assert (notes["images_filled"], notes["timestamps_filled"], notes["dropped_untimed"]) == (0, 0, 0)
+    assert notes["dropped_unclocked"] == 1
+    assert recording.peaks["sm__warps_active.avg"] == 64.0 and recording.peaks["dram__bytes.sum"] == 1504.0
+
+
+def test_a_stalled_loop_fills_images_and_the_untimed_samples_are_placed_where_they_fit(cupti: Any) -> None:
+    recording = capture(cupti, [20, 20, 250, 20, 20])  # 250 at once: more than an image's free slots
+    notes = recording.notes
+    assert notes["images_filled"] >= 2
+    assert notes["timestamps_filled"] > 0 and notes["dropped_untimed"] == 0
+    assert len(recording) == 329
+    assert np.array_equal(recording.values, expected_values(2, 330))
+    assert np.array_equal(recording.start_ns[1:], recording.end_ns[:-1])
+
+
+def test_untimed_samples_with_nothing_timed_after_them_are_dropped_and_counted(cupti: Any) -> None:
+    recording = capture(cupti, [20, 250])  # the capture ends inside the untimed run, as the quiet A/B arm did
+    notes = recording.notes
+    assert notes["dropped_untimed"] > 0 and notes["timestamps_filled"] == 0
+    assert len(recording) + notes["dropped_untimed"] + notes["dropped_unclocked"] == 270
+
+
+def test_an_overflowed_hardware_buffer_stops_the_capture_with_one_sentence(cupti: Any) -> None:
+    cupti.HARDWARE.capacity = 50
+    with pytest.raises(ProfileError, match="sample buffer overflowed before it was decoded"):
+        capture(cupti, [60])
+
+
+def test_capture_polls_while_the_gpu_writes_and_reports_progress(cupti: Any) -> None:
+    import threading
+
+    from smlens.profile.cupti_session import capture as timed_capture
+
+    stop = threading.Event()
+
+    def gpu() -> None:  # about 10 kHz of records while the capture runs
+        while not stop.is_set():
+            cupti.HARDWARE.feed(10)
+            stop.wait(0.001)
+
+    writer = threading.Thread(target=gpu)
+    writer.start()
+    progress: list[tuple[float, int]] = []
+    try:
+        recording = timed_capture(GPU, 0.6, INTERVAL, lambda t, n: progress.append((t, n)))
+    finally:
+        stop.set()
+        writer.join()
+    assert len(progress) >= 2 and progress[-1][1] > progress[0][1] > 0
+    assert len(recording) > 100 and recording.notes["images_filled"] == 0
+    assert np.array_equal(recording.start_ns[1:], recording.end_ns[:-1])
