@@ -264,6 +264,27 @@ def test_reconfiguration_mid_run_moves_no_value_to_another_instance(node: Node) 
     assert node.fake.REGISTRY.crashes == []
 
 
+def test_a_gi_given_another_gis_entity_id_is_never_credited_that_gis_last_sample(node: Node) -> None:
+    node.tick()
+    before = node.tick()
+    # GI 1 (first in DCGM's list) is destroyed: GI 5 and GI 13 take the entity ids GI 1 and GI 5 had, whose
+    # last samples DCGM keeps serving until its profiling module writes new ones
+    after = {5: LAYOUT[5], 13: LAYOUT[13]}
+    node.reconfigure(after)
+    for _ in range(int(MIG_RESCAN_INTERVAL)):
+        series = node.tick(published=[])
+        assert mig_series(series, "gpu_mig_sm_active_ratio") == {}
+        for name in ("gpu_mig_sm_active_seconds_total", "gpu_mig_profiled_seconds_total"):
+            assert mig_series(series, name) == {gi: mig_series(before, name)[gi] for gi in ("5", "13")}
+    assert node.missing(13)["sm_active"] == "stale"  # never a fresh sample for 3 intervals
+    node.tick()
+    series = node.tick()
+    assert mig_series(series, "gpu_mig_sm_active_ratio") == {
+        "5": pytest.approx(SM_ACTIVE[5]),
+        "13": pytest.approx(SM_ACTIVE[13]),
+    }
+
+
 def test_an_instance_dcgm_lists_with_another_profile_waits_until_nvml_agrees(node: Node) -> None:
     node.tick()
     node.tick()

@@ -27,7 +27,9 @@ Behaviour modelled on DCGM's source (docs/dcgm.md lists where each was checked):
   maxGpcs`` + position; maxGpcs is NVML's maximum MIG device count, here DCGM's fallback
   DCGM_MAX_INSTANCES_PER_GPU), so a reconfiguration can give an id to another GI.
   Entities are (entity group, id) pairs: groups hold them (``dcgmGroupAddEntity``), watches and
-  samples are kept per entity; ``reconfigure`` replaces a GPU's GIs and drops their samples.
+  samples are kept per entity. ``reconfigure`` replaces a GPU's GIs and nothing else: watches and
+  cached samples stay on the entity ids, whatever GI an id now denotes (``ClearGpuMigInfo`` clears only
+  the GI list; ``GetLatestSample`` serves an entity's cached samples without checking the entity).
 """
 
 from __future__ import annotations
@@ -116,8 +118,14 @@ class FakeGpuInstance:
 
     nvml_id: int  # nvmlInstanceId: NVML's GPU instance id
     slices: int = 1  # nvmlProfileSlices
-    profile_id: int = 0  # nvmlMigProfileId: NVML's GPU instance profile id (0 = the 1-slice profile)
+    # nvmlMigProfileId: the profile's nvmlGpuInstanceProfileInfo_t.id (as `nvidia-smi mig -lgip` lists it),
+    # not its NVML_GPU_INSTANCE_PROFILE_* index
+    profile_id: int = 0
     compute_instances: int = 1
+    # a CI row carries its compute-instance profile's id and slice count (PopulateMigHierarchy); None:
+    # one CI over the whole GI, as `nvidia-smi mig -cgi ... -C` makes
+    ci_profile_id: int = 0
+    ci_slices: int | None = None
     profiling_error: int | None = None  # DCGM_ST_* dcgmWatchFields returns for a group holding this GI
 
 
@@ -218,13 +226,10 @@ class FakeHostengine:
         return gpu_index, self.gpus[gpu_index].instances[position]
 
     def reconfigure(self, gpu_index: int, instances: Sequence[FakeGpuInstance]) -> None:
-        """An administrator destroys or creates GPU instances: entity ids are handed out again and
-        the GPU's old GI samples are gone (watches stay on the ids, whatever GI they now denote)."""
+        """An administrator destroys or creates GPU instances: entity ids are handed out again; the
+        watches and the last samples of the ids stay (DcgmCacheManager.cpp ClearGpuMigInfo), so an id
+        given to another GI serves the previous GI's last sample until a new one is published."""
         self.gpus[gpu_index].instances = list(instances)
-        low = gpu_index * S.DCGM_MAX_INSTANCES_PER_GPU
-        for key in [k for k in self.samples if k[0][0] == F.DCGM_FE_GPU_I]:
-            if low <= key[0][1] < low + S.DCGM_MAX_INSTANCES_PER_GPU:
-                del self.samples[key]
 
     def entity_exists(self, entity: Entity) -> bool:
         kind, ident = entity
@@ -450,8 +455,8 @@ def dcgmGetGpuInstanceHierarchy(handle: int | None, hierarchy_ptr: Any) -> None:
         row.info.nvmlGpuIndex = gpu_index
         row.info.nvmlInstanceId = gi.nvml_id
         row.info.nvmlComputeInstanceId = 0xFFFFFFFF if ci < 0 else ci  # -1 in an unsigned int
-        row.info.nvmlMigProfileId = gi.profile_id
-        row.info.nvmlProfileSlices = gi.slices
+        row.info.nvmlMigProfileId = gi.profile_id if ci < 0 else gi.ci_profile_id
+        row.info.nvmlProfileSlices = gi.slices if ci < 0 or gi.ci_slices is None else gi.ci_slices
 
 
 def dcgmProfGetSupportedMetricGroups(handle: int | None, reply_ptr: Any) -> None:
@@ -574,14 +579,14 @@ def dcgmEntityGetLatestValues(
     entity = (entity_group, entity_id)
     if entity_group == F.DCGM_FE_GPU_I:
         found = engine.instance_at(entity_id)
-        gpu_index = -1 if found is None else found[0]  # a GI gone since: its fields are not watched
+        gpu_index = -1 if found is None else found[0]  # a GI gone since: its id keeps watches and samples
     elif entity_group == F.DCGM_FE_GPU:
         gpu_index = entity_id
     else:
         raise Refused(S.DCGM_ST_NOT_SUPPORTED)
     if gpu_index >= 0 and _gpu(engine, gpu_index).lost:
         raise Refused(S.DCGM_ST_GPU_IS_LOST)
-    watched = engine.watched(gpu_index, entity) if gpu_index >= 0 else set()
+    watched = engine.watched(gpu_index, entity)
     for i in range(count):
         field_id = ids[i]
         value = values[i]

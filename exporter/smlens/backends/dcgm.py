@@ -186,8 +186,14 @@ def instance_name(node: str) -> str:
 class _Cursor:
     """Where the reads of one entity (a GPU or a GPU instance) stand."""
 
+    # Whether a sample already there at the first read may be credited. Not for a GPU instance: DCGM
+    # serves an entity id's cached samples whatever GI the id denotes since a reconfiguration
+    # (DcgmCacheManager::GetLatestSample, ClearGpuMigInfo).
+    earlier_samples: bool = True
+    began: float | None = None  # the first read
     last_read: float | None = None
-    samples: dict[int, tuple[int, float]] = field(default_factory=dict)  # field -> (DCGM ts, seen at)
+    # field -> (DCGM ts, seen at; None for a sample there at the first read that must not be credited)
+    samples: dict[int, tuple[int, float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -650,8 +656,11 @@ class DcgmBackend(Backend):
     ) -> tuple[dict[str, Activity], dict[str, float], dict[str, str], float]:
         """Activity, byte increments and missing values of one entity's latest values, credited to
         the time since its previous read; and that time (0 at the first read)."""
+        baseline = cursor.began is None and not cursor.earlier_samples
+        began = cursor.began = now if cursor.began is None else cursor.began
         span = 0.0 if cursor.last_read is None else now - cursor.last_read
         cursor.last_read = now
+        too_old = STALE_AFTER_INTERVALS * self._interval
         activity: dict[str, Activity] = {}
         increments: dict[str, float] = {}
         missing: dict[str, str] = {}
@@ -663,9 +672,13 @@ class DcgmBackend(Backend):
                 ts = int(value.ts)
                 seen = cursor.samples.get(field_id)
                 if seen is None or seen[0] != ts:
-                    cursor.samples[field_id] = (ts, now)
-                elif reason is None and now - seen[1] > STALE_AFTER_INTERVALS * self._interval:
-                    reason = "stale"
+                    cursor.samples[field_id] = (ts, None if baseline else now)
+                elif reason is None:
+                    seen_at = began if seen[1] is None else seen[1]
+                    if now - seen_at > too_old:
+                        reason = "stale"
+                    elif seen[1] is None:  # not a sample of this cursor's yet
+                        reason = "warming_up"
             if self._paused:
                 reason = "profiling_paused"
             elif reason is None and span <= 0:
@@ -799,7 +812,7 @@ class DcgmBackend(Backend):
             if self._connection_lost(exc):
                 raise
             return InstanceReading(instance, missing={n.SM_ACTIVE: "dcgm_error"})
-        cursor = instance_watch.cursors.setdefault(instance, _Cursor())
+        cursor = instance_watch.cursors.setdefault(instance, _Cursor(earlier_samples=False))
         activity, _, missing, _ = self._credit(cursor, values, now)
         return InstanceReading(instance, activity=activity, missing=missing)
 
