@@ -37,6 +37,8 @@ LAYOUT = {
 # wrong instance shows.
 SM_ACTIVE = {1: 0.75, 5: 0.5, 13: 0.0625, 6: 0.875}
 
+WHOLE_GI = (7, "7g.80gb", 98, "MIG-bbbbbbbb-0000")  # the first GPU's one instance when it is in MIG mode
+
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -55,12 +57,16 @@ def instance_values(gi: int) -> dict[int, float]:
 class Node:
     """One A100 without MIG and one in MIG mode, seen alike by the fake NVML and the fake hostengine."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fake: ModuleType, **dcgm_gi: Any) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, fake: ModuleType, plain_split: bool = False, **dcgm_gi: Any
+    ) -> None:
+        """``plain_split``: the first GPU is in MIG mode too, with one 7g instance."""
         self.fake = fake
         a100 = {"name": "NVIDIA A100-SXM4-80GB", "gpm_supported": False, "compute_capability": (8, 0)}
+        whole_gi = {"mig_mode": pynvml.NVML_DEVICE_MIG_ENABLE, "gpu_instances": [nvml_gi(0, *WHOLE_GI)]}
         self.nvml: FakeNode = install(
             monkeypatch,
-            FakeGpu(PLAIN, **a100),  # type: ignore[arg-type]
+            FakeGpu(PLAIN, **a100, **(whole_gi if plain_split else {})),  # type: ignore[arg-type]
             FakeGpu(
                 SPLIT,
                 mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
@@ -70,7 +76,7 @@ class Node:
         )
         self.engine = fake.FakeHostengine(
             [
-                fake.FakeGpu(PLAIN),
+                fake.FakeGpu(PLAIN, instances=[fake.FakeGpuInstance(0, 7)] if plain_split else []),
                 fake.FakeGpu(
                     SPLIT, instances=[self.dcgm_gi(gi, **dcgm_gi.get(str(gi), {})) for gi in LAYOUT]
                 ),
@@ -78,6 +84,7 @@ class Node:
         )
         fake.REGISTRY.listen(self.engine)
         self.now = 0.0
+        self.clock_step = 0.0  # how far the clock moves at each read of it, as a real clock does
         settings = SimpleNamespace(
             interval=1.0,
             node_name="node-a",
@@ -88,12 +95,16 @@ class Node:
         )
         opened = KINDS["dcgm"].open(settings)  # type: ignore[arg-type]
         self.dcgm = next(b for b in opened.extras if isinstance(b, DcgmBackend))
-        self.sampler = Sampler(opened.device, opened.extras, "node-a", 1.0, clock=lambda: self.now)
+        self.sampler = Sampler(opened.device, opened.extras, "node-a", 1.0, clock=self.clock)
         self.sampler.open()
         publisher = Publisher()
         self.sampler.subscribe(publisher.publish)
         self.client = TestClient(create_app(publisher, thresholds.load(), lambda: True))
         self.instances = list(LAYOUT)
+
+    def clock(self) -> float:
+        self.now += self.clock_step
+        return self.now
 
     def missing(self, gi: int) -> dict[str, str]:
         """What /api/v1/gpus says is missing for one GPU instance of the MIG GPU."""
@@ -343,6 +354,21 @@ def test_a_node_without_mig_asks_dcgm_nothing_about_instances(
         whole = frozenset({"gpu": gpu, "uuid": uuid, "hostname": "node-a"}.items())
         assert series[("gpu_sm_active_ratio", whole)] == 0.5
         assert series[("gpu_dram_active_ratio", whole)] == 0.375
+
+
+def test_the_hierarchy_is_read_once_per_tick_for_all_mig_gpus(
+    monkeypatch: pytest.MonkeyPatch, fake_dcgm: ModuleType
+) -> None:
+    node = Node(monkeypatch, fake_dcgm, plain_split=True)
+    node.clock_step = 0.001  # each GPU is read at its own time within the tick
+    node.tick()
+    calls = fake_dcgm.REGISTRY.calls
+    for _ in range(3):
+        before = calls.count("dcgmGetGpuInstanceHierarchy")
+        series = node.tick()
+        assert calls.count("dcgmGetGpuInstanceHierarchy") == before + 1
+    assert series[("gpu_mig_sm_active_ratio", labels(5))] == pytest.approx(SM_ACTIVE[5])
+    assert {dict(lbl)["uuid"] for n, lbl in series if n == "gpu_mig_info"} == {PLAIN, SPLIT}
 
 
 def test_the_hostengine_restarting_rebuilds_the_instance_watch(node: Node) -> None:

@@ -717,9 +717,12 @@ class DcgmBackend(Backend):
         return replace(reading, instances=parts, mig_layout_read=True)
 
     def _hierarchy(self, session: _Session, now: float) -> dict[int, dict[int, GiEntity]] | str:
-        """DCGM's GPU instances, read at most once per tick (entity ids can change at any time)."""
-        if session.hierarchy is not None and session.hierarchy[0] == now:
-            return session.hierarchy[1]
+        """DCGM's GPU instances, read at most once per tick (entity ids can change at any time). The
+        sampler reads each GPU at its own ``now``, all within a tick: a read of less than half an
+        interval ago is this tick's."""
+        cached = session.hierarchy
+        if cached is not None and 0 <= now - cached[0] < self._interval / 2:
+            return cached[1]
         found: dict[int, dict[int, GiEntity]] | str
         try:
             found = gi_entities(self._b.agent.dcgmGetGpuInstanceHierarchy(session.handle), self._b.fields)

@@ -12,6 +12,7 @@ hierarchy (``dcgmGetGpuInstanceHierarchy``) gives, per GI entity, its parent GPU
 
 from __future__ import annotations
 
+import ctypes
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,19 +39,31 @@ class GiEntity:
     slices: int  # of its profile
 
 
+# ctypes' own attribute read: NVIDIA's _DcgmStructure.__getattribute__ also decodes bytes and wraps classes on
+# each read, which made parsing a node's hierarchy (up to 448 rows, every tick) 6 times as slow; the
+# numbers read here need neither.
+_read = ctypes.Structure.__getattribute__
+
+
 def gi_entities(hierarchy: Any, fields: Any) -> dict[int, dict[int, GiEntity]]:
     """DCGM GPU id -> NVML GI id -> its entity, from a ``c_dcgmMigHierarchy_v2``; compute instances
     (``DCGM_FE_GPU_CI``) are left out: smlens reads per GPU instance, as GPM samples them."""
     found: dict[int, dict[int, GiEntity]] = {}
-    for i in range(int(hierarchy.count)):
-        row = hierarchy.entityList[i]
-        if int(row.entity.entityGroupId) != fields.DCGM_FE_GPU_I:
+    rows = _read(hierarchy, "entityList")
+    for i in range(int(_read(hierarchy, "count"))):
+        row = rows[i]
+        pair, parent = _read(row, "entity"), _read(row, "parent")
+        if int(_read(pair, "entityGroupId")) != fields.DCGM_FE_GPU_I:
             continue
-        if int(row.parent.entityGroupId) != fields.DCGM_FE_GPU:
+        if int(_read(parent, "entityGroupId")) != fields.DCGM_FE_GPU:
             continue
-        info = row.info
-        entity = GiEntity(int(row.entity.entityId), int(info.nvmlInstanceId), int(info.nvmlProfileSlices))
-        found.setdefault(int(row.parent.entityId), {})[entity.nvml_instance] = entity
+        info = _read(row, "info")
+        entity = GiEntity(
+            int(_read(pair, "entityId")),
+            int(_read(info, "nvmlInstanceId")),
+            int(_read(info, "nvmlProfileSlices")),
+        )
+        found.setdefault(int(_read(parent, "entityId")), {})[entity.nvml_instance] = entity
     return found
 
 
