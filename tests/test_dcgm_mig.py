@@ -5,6 +5,7 @@ bindings and with each copy of NVIDIA's own (conftest's ``fake_dcgm``)."""
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -224,8 +225,9 @@ def test_an_instance_dcgm_returns_blank_for_is_absent_never_zero(node: Node) -> 
 
 
 def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
-    monkeypatch: pytest.MonkeyPatch, fake_dcgm: ModuleType
+    monkeypatch: pytest.MonkeyPatch, fake_dcgm: ModuleType, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="smlens.backends.dcgm")
     refused = fake_dcgm.S.DCGM_ST_PROFILING_NOT_SUPPORTED
     node = Node(monkeypatch, fake_dcgm, **{"13": {"profiling_error": refused}})
     node.tick()
@@ -235,9 +237,14 @@ def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
     assert "13" not in mig_series(series, "gpu_mig_profiled_seconds_total")
     assert series[("gpu_mig_memory_used_bytes", labels(13))] == 13 * GIB  # the instance is still there
     assert node.missing(13) == {"sm_active": "watch_failed"}
+    for _ in range(2 * int(WATCH_RETRY_SECONDS) + 2):  # two retries, still refused
+        node.tick()
+    refusals = [r for r in caplog.records if "refused to watch GPU instance 13" in r.getMessage()]
+    assert [r.levelname for r in refusals] == ["WARNING", "DEBUG", "DEBUG"]  # said once, not every 30 s
     node.engine.gpus[1].instances[2].profiling_error = None
     for _ in range(int(WATCH_RETRY_SECONDS) + 2):
         series = node.tick()
+    assert any("watches GPU instance 13 again" in r.getMessage() for r in caplog.records)
     assert series[("gpu_mig_sm_active_ratio", labels(13))] == pytest.approx(SM_ACTIVE[13])
     assert series[("gpu_mig_sm_active_ratio", labels(1))] == pytest.approx(SM_ACTIVE[1])
 

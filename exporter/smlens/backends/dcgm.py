@@ -772,11 +772,14 @@ class DcgmBackend(Backend):
                     if self._connection_lost(exc):
                         raise
                     if len(batch) == 1:
-                        fresh.refused.add(batch[0][0])
-                        log.warning(
-                            "GPU %d: DCGM refused to watch GPU instance %d (%s); trying again in %.0f s",
+                        instance = batch[0][0]
+                        fresh.refused.add(instance)
+                        again = current is not None and instance in current.refused
+                        log.log(
+                            logging.DEBUG if again else logging.WARNING,
+                            "GPU %d: DCGM refused to watch GPU instance %d (%s); trying again every %.0f s",
                             gpu.index,
-                            batch[0][0].gpu_instance,
+                            instance.gpu_instance,
                             exc,
                             WATCH_RETRY_SECONDS,
                         )
@@ -784,6 +787,9 @@ class DcgmBackend(Backend):
                 if batch is entities:
                     break
             fresh.retry_at = now + WATCH_RETRY_SECONDS
+        for instance in () if current is None else current.refused - fresh.refused:
+            if instance in dict(entities):
+                log.info("GPU %d: DCGM watches GPU instance %d again", gpu.index, instance.gpu_instance)
         return fresh
 
     def _drop_instance_watch(self, session: _Session, uuid: str) -> None:
