@@ -398,3 +398,28 @@ def test_matching_needs_the_same_gi_and_slice_count() -> None:
         missing: "not_in_dcgm",
     }
     assert [profile_slices(p) for p in ("7g.80gb", "1g.10gb+me", "", "MIG")] == [7, 1, None, None]
+
+
+def test_the_stub_adds_gi_entities_to_groups_as_dcgm_does(fake_dcgm: ModuleType) -> None:
+    """DcgmGroupInfo::AddEntityToGroup: BADPARAM for an unknown entity or one already in the group, the
+    GPU's GPU_IS_LOST for an entity of a lost GPU."""
+    from smlens.backends.dcgm_bindings import load_bindings
+
+    engine = fake_dcgm.REGISTRY.listen(
+        fake_dcgm.FakeHostengine([fake_dcgm.FakeGpu(SPLIT, instances=[fake_dcgm.FakeGpuInstance(1, 3)])])
+    )
+    bindings = load_bindings()
+    agent, structs, fields = bindings.agent, bindings.structs, bindings.fields
+    handle = agent.dcgmConnect_v2("localhost:5555", structs.c_dcgmConnectV2Params_v2())
+    group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, "other")
+    (gi,) = [r for r in engine.hierarchy() if r[0] == fields.DCGM_FE_GPU_I]
+    agent.dcgmGroupAddEntity(handle, group, fields.DCGM_FE_GPU_I, gi[1])
+    for entity_id, code in ((gi[1], structs.DCGM_ST_BADPARAM), (gi[1] + 1, structs.DCGM_ST_BADPARAM)):
+        with pytest.raises(structs.DCGMError) as caught:
+            agent.dcgmGroupAddEntity(handle, group, fields.DCGM_FE_GPU_I, entity_id)
+        assert caught.value.value == code
+    engine.gpus[0].lost = True
+    other = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, "other-2")
+    with pytest.raises(structs.DCGMError) as caught:
+        agent.dcgmGroupAddEntity(handle, other, fields.DCGM_FE_GPU_I, gi[1])
+    assert caught.value.value == structs.DCGM_ST_GPU_IS_LOST

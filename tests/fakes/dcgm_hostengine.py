@@ -502,11 +502,18 @@ def dcgmGroupAddDevice(handle: int | None, group_id: int | None, gpu_id: int) ->
 
 
 def dcgmGroupAddEntity(handle: int | None, group_id: int | None, entity_group: int, entity_id: int) -> None:
-    """BADPARAM for an unknown entity or one already in the group (dcgm_agent.h)."""
+    """BADPARAM for an unknown entity or one already in the group, GPU_IS_LOST for an entity of a lost
+    GPU (DcgmGroupManager.inl DcgmGroupInfo::AddEntityToGroup: the entity's status is its GPU's)."""
     engine = _engine(handle)
     group = _owned(engine.groups, group_id)
     entity = (entity_group, entity_id)
-    if not engine.entity_exists(entity) or entity in group.items:
+    if not engine.entity_exists(entity):
+        raise Refused(S.DCGM_ST_BADPARAM)
+    found = engine.instance_at(entity_id) if entity_group == F.DCGM_FE_GPU_I else None
+    gpu_index = found[0] if found is not None else entity_id if entity_group == F.DCGM_FE_GPU else None
+    if gpu_index is not None and engine.gpus[gpu_index].lost:
+        raise Refused(S.DCGM_ST_GPU_IS_LOST)
+    if entity in group.items:
         raise Refused(S.DCGM_ST_BADPARAM)
     group.items = (*group.items, entity)
 
