@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
@@ -184,3 +185,23 @@ def fake_dcgm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     yield dcgm_hostengine
     assert registry.crashes == [], "the stub libdcgm failed inside a call"
     dcgm_hostengine.reset()
+
+
+CUPTI_DOUBLE_DIR = Path(__file__).parent / "fakes" / "fake_cupti"
+
+
+def _forget_cupti() -> None:
+    for name in [m for m in sys.modules if m == "cupti" or m.startswith("cupti.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The cupti-python 13.4.0 double (tests/fakes/fake_cupti), fresh; yields its ``cupti.cupti``."""
+    _forget_cupti()
+    monkeypatch.syspath_prepend(str(CUPTI_DOUBLE_DIR))  # a spawned evaluator inherits sys.path
+    monkeypatch.setattr("smlens.profile.cuda.retain_primary_context", lambda ordinal: None)
+    import cupti.cupti as cu
+
+    yield cu
+    _forget_cupti()

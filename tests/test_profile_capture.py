@@ -5,9 +5,6 @@ as the H200 did)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,25 +13,8 @@ import pytest
 from smlens.profile.counters import COUNTERS
 from smlens.profile.cupti_session import Gpu, ProfileError, Session
 
-FAKE = Path(__file__).parent / "fakes" / "fake_cupti"
 GPU = Gpu(index=0, uuid="GPU-00000000-0000-0000-0000-000000000000", name="NVIDIA H200", cuda_ordinal=0)
 INTERVAL = 100_000
-
-
-def _forget_cupti() -> None:
-    for name in [m for m in sys.modules if m == "cupti" or m.startswith("cupti.")]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-def cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    _forget_cupti()
-    monkeypatch.syspath_prepend(str(FAKE))  # the spawned evaluator inherits sys.path
-    monkeypatch.setattr("smlens.profile.cuda.retain_primary_context", lambda ordinal: None)
-    import cupti.cupti as cu
-
-    yield cu
-    _forget_cupti()
 
 
 def expected_values(first: int, last: int) -> np.ndarray:

@@ -12,7 +12,8 @@ line on stdin, then runs and prints one JSON line:
 * ``steady``: each workload of the truth harness for a while, with an NVML GPM reading over its middle second;
 * ``gemm-rate``: bf16 8192^3 GEMMs for S seconds, TFLOP/s;
 * ``gemm-blocks``: one JSON line per line read on stdin (until ``quit``): a block of the same number of
-  bf16 8192^3 GEMMs (about S seconds), timed with CUDA events, TFLOP/s.
+  bf16 8192^3 GEMMs (about S seconds), timed with CUDA events, TFLOP/s; a ``probe`` line runs the block
+  under a PM sampling capture of this process's own (needs cupti-python).
 Needs CuPy, PyTorch and nvidia-ml-py.
 """
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from bench.truth.device import read_limits
@@ -257,20 +259,42 @@ def gemm_rate(gpu: Gpu, seconds: float) -> dict[str, Any]:
 
 
 def gemm_blocks(gpu: Gpu, seconds: float) -> dict[str, Any]:
+    """One block per stdin line: ``go``, or ``probe`` for a block under a PM sampling capture made by this
+    process itself (the first probe's layout: its four metrics, 100 us, decoded after the block)."""
+    from bench.truth.pm_quiet import PROBE_METRICS, QuietCapture, QuietSpec
+
     launches = gemm_launches_for(gpu, seconds)
     start, end = gpu.torch.cuda.Event(enable_timing=True), gpu.torch.cuda.Event(enable_timing=True)
-    ready()
-    blocks = 0
-    while True:
+
+    def block() -> float:
         start.record()
         gpu.gemm(GEMM_SIZE, launches)
         end.record()
         end.synchronize()
-        ms = start.elapsed_time(end)
-        print(json.dumps({"tflops": 2 * GEMM_SIZE**3 * launches / ms / 1e9, "ms": ms}), flush=True)
+        return float(start.elapsed_time(end))
+
+    print("ready", flush=True)
+    blocks = 0
+    while (command := sys.stdin.readline().strip()) not in ("quit", ""):
+        extra: dict[str, Any] = {}
+        if command == "probe":
+            with ExitStack() as stack:
+                try:
+                    capture = stack.enter_context(QuietCapture(QuietSpec(PROBE_METRICS, 100_000)))
+                    capture.start()
+                except Exception as exc:  # no block then: the bench records the arm's failure and goes on
+                    print(json.dumps({"error": f"the capture did not start: {exc}"}), flush=True)
+                    continue
+                ms = block()
+                try:
+                    extra["capture"] = capture.finish(ms / 1000)
+                except Exception as exc:  # it sampled during the block, so the timing stands
+                    extra["capture"] = {"error": str(exc)}
+        else:
+            ms = block()
+        print(json.dumps({"tflops": 2 * GEMM_SIZE**3 * launches / ms / 1e9, "ms": ms, **extra}), flush=True)
         blocks += 1
-        if sys.stdin.readline().strip() in ("quit", ""):
-            return {"blocks": blocks, "launches": launches}
+    return {"blocks": blocks, "launches": launches}
 
 
 def ready() -> None:

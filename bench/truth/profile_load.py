@@ -6,10 +6,11 @@
 * ``long``: for each interval (us) of ``--long``, ``smlens profile --seconds S`` (the CLI, in its own process)
   while a bf16 GEMM loop runs in another: samples kept and dropped and why (the capture's notes), overflow,
   the CLI's CPU time (its evaluator process included) and peak RSS, the wall time to the report.
-* ``ab``: interleaved blocks of the same GEMMs in one process, timed with CUDA events, one block per arm
-  and round (rounds rotate the order): capture off; on at 100 us, decoding as ``smlens profile`` does; on
-  at 100 us with no host work during the block (the samples wait in a 2 GiB hardware buffer and are decoded
-  after it); on at 1 ms.
+* ``ab``: interleaved blocks of the same GEMMs in a child process, timed there with CUDA events, one block
+  per arm and round (rounds rotate the order), with the mean SM clock (NVML) of each block; the arms are
+  ``ARMS`` (``--arms``, ``off`` among them): smlens' Session in this process (decoding during the block
+  or after it, at 100 us or 1 ms), the real CLI in its own process, a bare Collector with the first probe's
+  four metrics (GPU time or SYSCLK trigger), and the probe's layout (the GEMM process captures itself).
 * ``coexist``: a second capture during one; a capture while Nsight Compute profiles another process;
   ``smlens serve`` (NVML + GPM) scraped every second before, during and after a capture of a GEMM loop.
 * ``example``: the docs' example, a 12 s capture at 200 us of the truth schedule.
@@ -29,10 +30,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench.truth.pm_quiet import PROBE_METRICS, QuietCapture, QuietSpec
 from bench.truth.profile_truth import Child
 
 PROFILE = [sys.executable, "-m", "smlens", "profile", "--gpu", "0"]
@@ -103,81 +106,191 @@ def long_section(intervals: list[int], seconds: float) -> list[dict[str, Any]]:
 
 
 class Blocks:
-    """The gemm-blocks child: ``block()`` runs one block and returns its TFLOP/s."""
+    """The gemm-blocks child: one block per ``start_block`` (``go``, or ``probe`` for a block under a capture
+    made by the child itself); ``wait_block`` returns the child's line (TFLOP/s, and that capture)."""
 
     def __init__(self, seconds: float) -> None:
         self.child = Child("gemm-blocks", "--seconds", str(seconds))
-        self.started = False
 
-    def start_block(self) -> None:
-        if self.started:
-            stdin = self.child.process.stdin
-            assert stdin is not None
-            stdin.write("go\n")
-            stdin.flush()
-        else:
-            self.child.go()
-            self.started = True
+    def start_block(self, command: str = "go") -> None:
+        stdin = self.child.process.stdin
+        assert stdin is not None
+        stdin.write(f"{command}\n")
+        stdin.flush()
 
-    def wait_block(self, session: Any = None) -> float:
+    def wait_block(self, tick: Callable[[], None] | None = None) -> dict[str, Any]:
         stdout = self.child.process.stdout
         assert stdout is not None
         while not select.select([stdout], [], [], 0.05)[0]:
-            if session is not None:
-                session.poll()
-        return float(json.loads(stdout.readline())["tflops"])
+            if tick is not None:
+                tick()
+        return dict(json.loads(stdout.readline()))
 
     def close(self) -> None:
-        stdin = self.child.process.stdin
-        assert stdin is not None
-        stdin.write("quit\n")
-        stdin.flush()
+        self.start_block("quit")
         self.child.process.wait(timeout=60)
 
 
-ARMS = {  # name: (interval in ns, hardware buffer MiB, decode during the block)
-    "off": (0, 0, False),
+# smlens' Session in this process: (interval in ns, hardware buffer MiB, decode during the block)
+SESSION_ARMS = {
     "on": (100_000, 256, True),
     "on_quiet": (100_000, 2048, False),
     "on_1ms": (1_000_000, 256, True),
 }
+QUIET_ARMS = {  # a bare Collector in this process, nothing decoded during the block (bench/truth/pm_quiet.py)
+    "four": QuietSpec(PROBE_METRICS, 100_000),
+    "sysclk": QuietSpec(PROBE_METRICS, 200_000, sysclk=True),
+}
+ARMS = {
+    "off": "no capture",
+    "on": "smlens' Session in the bench process at 100 us, decoding during the block",
+    "on_quiet": "the same with a 2 GiB hardware buffer, decoded after the block",
+    "on_1ms": "the same as on, at 1 ms",
+    "cli": "`smlens profile --interval-us 100` in its own process, started before the block",
+    "four": "the probe's four metrics, GPU time trigger 100 us, in the bench process",
+    "sysclk": "the probe's four metrics, SYSCLK trigger every 200,000 cycles, in the bench process",
+    "probe": "the probe's four metrics at 100 us, captured by the GEMM process itself (the probe's layout)",
+}
+
+
+class Clocks:
+    """The SM clock (NVML) read every tick during a block."""
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.mhz: list[int] = []
+
+    def tick(self) -> None:
+        self.mhz.append(int(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM)))
+
+    def take(self) -> float:
+        mean, self.mhz = (float(np.mean(self.mhz)) if self.mhz else 0.0), []
+        return round(mean, 1)
+
+
+def cli_block(
+    blocks: Blocks, seconds: float, tick: Callable[[], None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A block while ``smlens profile`` captures in its own process; the block starts once the CLI prints
+    its first progress line (it is sampling) and must end before the capture does."""
+    length = seconds + 1.5  # the block starts about 0.2 s into the capture
+    data = Path("/tmp/ab_cli.json")
+    data.unlink(missing_ok=True)
+    command = [*PROFILE, "--seconds", str(length), "--interval-us", "100", "--out", "/tmp/ab_cli.html"]
+    capture = subprocess.Popen(
+        [*command, "--json", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert capture.stderr is not None
+    seen, began = b"", None
+    deadline = time.monotonic() + 120
+    while began is None and capture.poll() is None and time.monotonic() < deadline:
+        if select.select([capture.stderr], [], [], 0.05)[0]:
+            seen += os.read(capture.stderr.fileno(), 4096)
+            if match := re.search(rb"capturing +([0-9.]+)/", seen):
+                began = time.monotonic() - float(match.group(1))
+    if began is None:
+        capture.kill()
+        _, err = capture.communicate()
+        raise RuntimeError(f"smlens profile did not start capturing: {(seen + err).decode()[-400:]}")
+    blocks.start_block()
+    block = blocks.wait_block(tick)
+    inside = time.monotonic() < began + length
+    _, err = capture.communicate(timeout=240)
+    note: dict[str, Any] = {"rc": capture.returncode, "block_inside_capture": inside}
+    if capture.returncode == 0:
+        recorded = json.loads(data.read_text())["capture"]
+        note.update(samples=len(recorded["samples"]), notes=recorded["notes"])
+    else:
+        note["stderr"] = (seen + err).decode()[-400:].split("\r")[-1]
+    return block, note
+
+
+def ab_block(arm: str, blocks: Blocks, gpu: Any, seconds: float, clocks: Clocks) -> dict[str, Any]:
+    """One block of ``arm``: the child's line, the mean SM clock, and what the capture recorded."""
+    from smlens.profile.cupti_session import Session
+
+    note: dict[str, Any] = {}
+    if arm == "off":
+        blocks.start_block()
+        block = blocks.wait_block(clocks.tick)
+    elif arm == "probe":
+        blocks.start_block("probe")
+        block = blocks.wait_block(clocks.tick)
+        if "error" in block:
+            raise RuntimeError(block["error"])
+        note = block.pop("capture")
+    elif arm == "cli":
+        block, note = cli_block(blocks, seconds, clocks.tick)
+    elif arm in QUIET_ARMS:
+        with QuietCapture(QUIET_ARMS[arm], gpu.cuda_ordinal) as quiet:
+            quiet.start()
+            blocks.start_block()
+            block = blocks.wait_block(clocks.tick)
+            note = quiet.finish(block["ms"] / 1000)
+    else:
+        interval, mib, decode = SESSION_ARMS[arm]
+        with Session(gpu, interval, mib * 2**20) as session:
+
+            def tick() -> None:
+                clocks.tick()
+                if decode:
+                    session.poll()
+
+            session.start()
+            blocks.start_block()
+            block = blocks.wait_block(tick)
+            try:
+                session.stop()
+                rec = session.recording()
+                note = {"samples": len(rec), **rec.notes}
+            except Exception as exc:  # the quiet arm may overflow; its GEMM timing still stands
+                note = {"error": str(exc)}
+    return {"arm": arm, "tflops": round(block["tflops"], 2), "sm_mhz": clocks.take(), "capture": note}
 
 
 def ab_section(rounds: int, seconds: float, arms: list[str]) -> dict[str, Any]:
-    from smlens.profile.cupti_session import Session, resolve_gpu
+    from smlens.profile.cuda import retain_primary_context
+    from smlens.profile.cupti_session import resolve_gpu
 
     gpu = resolve_gpu("0")
+    if set(arms) & set(QUIET_ARMS):
+        retain_primary_context(gpu.cuda_ordinal)  # CUPTI's profiler needs a context, as Session makes
+    clocks = Clocks(gpu.index)
     blocks = Blocks(seconds)
-    rates: dict[str, list[float]] = {arm: [] for arm in arms}
+    rates: dict[str, dict[int, float]] = {arm: {} for arm in arms}  # arm: round: TFLOP/s
+    mhz: dict[str, list[float]] = {arm: [] for arm in arms}
     notes: list[dict[str, Any]] = []
     for r in range(rounds):
         for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
-            interval, mib, decode = ARMS[arm]
-            if not interval:
-                blocks.start_block()
-                rates[arm].append(blocks.wait_block())
+            try:
+                result = ab_block(arm, blocks, gpu, seconds, clocks)
+            except Exception as exc:  # this arm's block is lost; the others go on
+                notes.append(say({"section": "ab", "round": r, "arm": arm, "error": str(exc)[-600:]}))
                 continue
-            with Session(gpu, interval, mib * 2**20) as session:
-                session.start()
-                blocks.start_block()
-                rates[arm].append(blocks.wait_block(session if decode else None))
-                try:
-                    session.stop()
-                    rec = session.recording()
-                    notes.append({"arm": arm, "samples": len(rec), **rec.notes})
-                except Exception as exc:  # the quiet arm may overflow; its GEMM timing still stands
-                    notes.append({"arm": arm, "error": str(exc)})
+            say({"section": "ab", "round": r, **result})
+            rates[arm][r] = result["tflops"]
+            mhz[arm].append(result["sm_mhz"])
+            if result["capture"]:
+                notes.append({"arm": arm, "round": r, **result["capture"]})
     blocks.close()
-    off = np.asarray(rates["off"])
+    off = rates["off"]
     summary: dict[str, Any] = {}
-    for arm, v in rates.items():
-        paired = np.asarray(v) / off  # each block against the off block of its round
+    for arm, by_round in rates.items():
+        v = list(by_round.values())
+        paired = [t / off[r] for r, t in by_round.items() if r in off]  # against the off block of its round
         summary[arm] = {
             "tflops": [round(x, 1) for x in v],
-            "mean": round(float(np.mean(v)), 2),
-            "std": round(float(np.std(v, ddof=1)), 2),
-            "paired_ratio_mean": round(float(paired.mean()), 4),
-            "paired_ratio_min_max": [round(float(paired.min()), 4), round(float(paired.max()), 4)],
+            "mean": round(float(np.mean(v)), 2) if v else None,
+            "std": round(float(np.std(v, ddof=1)), 2) if len(v) > 1 else None,
+            "paired_ratio_mean": round(float(np.mean(paired)), 4) if paired else None,
+            "paired_ratio_min_max": [round(min(paired), 4), round(max(paired), 4)] if paired else None,
+            "sm_mhz": mhz[arm],
         }
     return say({"section": "ab", "rounds": rounds, "block_s": seconds, **summary, "captures": notes})
 
@@ -324,6 +437,11 @@ def main() -> int:
     parser.add_argument("--arms", default="off,on,on_quiet", help=f"of {', '.join(ARMS)}")
     parser.add_argument("--serve-path", help="PYTHONPATH entry with smlens serve's dependencies")
     args = parser.parse_args()
+    arms = args.arms.split(",")
+    if unknown := [arm for arm in arms if arm not in ARMS]:
+        parser.error(f"unknown arm {unknown[0]!r}: choose among {', '.join(ARMS)}")
+    if "off" not in arms:
+        parser.error("--arms must include off (every block is compared with the off block of its round)")
     results: dict[str, Any] = {}
     path = args.out / "profile_load.json"
     for name in args.sections.split(","):
@@ -331,7 +449,7 @@ def main() -> int:
             if name == "long":
                 results[name] = long_section([int(x) for x in args.long.split(",")], args.seconds)
             elif name == "ab":
-                results[name] = ab_section(args.rounds, 3.0, args.arms.split(","))
+                results[name] = ab_section(args.rounds, 3.0, arms)
             elif name == "coexist":
                 results[name] = coexist_section(args.serve_path)
             elif name == "example":

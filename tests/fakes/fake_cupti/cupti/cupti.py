@@ -41,6 +41,12 @@ class PmSamplingDecodeStopReason(enum.IntEnum):
     END_OF_RECORDS = 2
 
 
+class PmSamplingTriggerMode(enum.IntEnum):
+    GPU_SYSCLK_INTERVAL = 0
+    GPU_TIME_INTERVAL = 1
+    COUNT = 2
+
+
 class PmSamplingHardwareBufferAppendMode(enum.IntEnum):
     KEEP_OLDEST = 0
     KEEP_LATEST = 1
