@@ -44,58 +44,62 @@ if traced:
     tracemalloc.start(1)
 from smlens.cli import main
 port, settle, flags = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-threading.Thread(target=main, args=(["serve", "--listen", f"127.0.0.1:{port}", *flags],), daemon=True).start()
 url = f"http://127.0.0.1:{port}"
-for _ in range(200):
-    try:
-        if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
-            break
-    except Exception:
-        time.sleep(0.1)
-for _ in range(20):
-    urllib.request.urlopen(url + "/metrics", timeout=5).read()
-time.sleep(settle)
 
-def kib(field, text):
-    found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
-    return int(found.group(1)) if found else 0
-
-rollup = open("/proc/self/smaps_rollup").read()
-libs = {}
-name = None
-for line in open("/proc/self/smaps"):
-    head = line.split()
-    if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-        name = head[5] if len(head) > 5 else "[anon]"
-    elif head[0] == "Rss:":
-        libs[name] = libs.get(name, 0) + int(head[1])
-report = {
-    "rss_kib": kib("Rss", rollup),
-    "anon_kib": kib("Anonymous", rollup),
-    "file_kib": kib("Rss", rollup) - kib("Anonymous", rollup),
-    "threads": threading.active_count(),
-    "modules": len(sys.modules),
-    "mappings": sorted(libs.items(), key=lambda kv: -kv[1])[:12],
-}
-if traced:
-    by_package = {}
-    for stat in tracemalloc.take_snapshot().statistics("filename"):
-        path = stat.traceback[0].filename
-        package = "<frozen/builtin>" if path.startswith("<") else "other"
-        for marker in ("/site-packages/", "/lib/python3", "/exporter/"):
-            if marker in path:
-                rest = path.split(marker, 1)[1]
-                if marker == "/lib/python3":
-                    rest = "stdlib:" + rest.split("/", 2)[1].removesuffix(".py")
-                package = rest.split("/")[0].removesuffix(".py")
+def report():
+    for _ in range(200):
+        try:
+            if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
                 break
-        by_package[package] = by_package.get(package, 0) + stat.size
-    report["traced_kib"] = sum(by_package.values()) // 1024
-    largest = sorted(by_package.items(), key=lambda kv: -kv[1])[:20]
-    report["by_package_kib"] = [(name, size // 1024) for name, size in largest]
-print(json.dumps(report))
-sys.stdout.flush()
-os._exit(0)
+        except Exception:
+            time.sleep(0.1)
+    for _ in range(20):
+        urllib.request.urlopen(url + "/metrics", timeout=5).read()
+    time.sleep(settle)
+
+    def kib(field, text):
+        found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+        return int(found.group(1)) if found else 0
+
+    rollup = open("/proc/self/smaps_rollup").read()
+    libs = {}
+    name = None
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            name = head[5] if len(head) > 5 else "[anon]"
+        elif head[0] == "Rss:":
+            libs[name] = libs.get(name, 0) + int(head[1])
+    result = {
+        "rss_kib": kib("Rss", rollup),
+        "anon_kib": kib("Anonymous", rollup),
+        "file_kib": kib("Rss", rollup) - kib("Anonymous", rollup),
+        "threads": threading.active_count(),
+        "modules": len(sys.modules),
+        "mappings": sorted(libs.items(), key=lambda kv: -kv[1])[:12],
+    }
+    if traced:
+        by_package = {}
+        for stat in tracemalloc.take_snapshot().statistics("filename"):
+            path = stat.traceback[0].filename
+            package = "<frozen/builtin>" if path.startswith("<") else "other"
+            for marker in ("/site-packages/", "/lib/python3", "/exporter/"):
+                if marker in path:
+                    rest = path.split(marker, 1)[1]
+                    if marker == "/lib/python3":
+                        rest = "stdlib:" + rest.split("/", 2)[1].removesuffix(".py")
+                    package = rest.split("/")[0].removesuffix(".py")
+                    break
+            by_package[package] = by_package.get(package, 0) + stat.size
+        result["traced_kib"] = sum(by_package.values()) // 1024
+        largest = sorted(by_package.items(), key=lambda kv: -kv[1])[:20]
+        result["by_package_kib"] = [(name, size // 1024) for name, size in largest]
+    print(json.dumps(result))
+    sys.stdout.flush()
+    os._exit(0)
+
+threading.Thread(target=report, daemon=True).start()  # serve must own the main thread (signal handlers)
+main(["serve", "--listen", f"127.0.0.1:{port}", *flags])
 """
 
 

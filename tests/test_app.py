@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import gzip
 
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from smlens import thresholds
 from smlens.app import Publisher, create_app
