@@ -28,15 +28,14 @@ DEPENDENCIES = (
     "prometheus_client",
     "yaml",
     "pydantic",
-    "fastapi",
-    "uvicorn",
-    "fastapi, uvicorn",
-    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # the server without FastAPI
-    "grpc",
+    "smlens.serving.webconfig_file",  # pydantic and the web config file's models: only with such a file
+    "fastapi, uvicorn",  # what smlens served with until issue 14
+    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # what it serves with now
+    "grpc",  # only with pod attribution on a Kubernetes node
     "pynvml",
 )
 
-# Runs in the child: serve on a thread, scrape, then report on itself and exit.
+# Runs in the child: serve on the main thread while another scrapes, then reports on the process and exits.
 _CHILD = r"""
 import json, os, re, sys, threading, time, tracemalloc, urllib.request
 traced = os.environ.get("SMLENS_BENCH_TRACE") == "1"
@@ -103,6 +102,11 @@ main(["serve", "--listen", f"127.0.0.1:{port}", *flags])
 """
 
 
+def pythonpath(exporter_path: str) -> str:
+    """The tree first, then what the caller's PYTHONPATH holds (where dependencies may be installed)."""
+    return os.pathsep.join(p for p in (exporter_path, os.environ.get("PYTHONPATH", "")) if p)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -110,7 +114,8 @@ def free_port() -> int:
 
 
 def child(exporter_path: str, settle: float, flags: list[str], traced: bool) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": exporter_path, "SMLENS_BENCH_TRACE": "1" if traced else "0"}
+    trace = "1" if traced else "0"
+    env = {**os.environ, "PYTHONPATH": pythonpath(exporter_path), "SMLENS_BENCH_TRACE": trace}
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(free_port()), str(settle), *flags],
         env=env,
@@ -126,13 +131,16 @@ def child(exporter_path: str, settle: float, flags: list[str], traced: bool) -> 
     return result
 
 
-def import_cost(module: str, exporter_path: str) -> int:
-    """RSS in KiB of a fresh interpreter after ``import module`` (nothing for "")."""
+def import_cost(module: str, exporter_path: str) -> int | None:
+    """RSS in KiB of a fresh interpreter after ``import module`` (nothing for ""); None if not installed."""
     code = f"import re\n{'import ' + module if module else ''}\n" + (
         "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
-    env = {**os.environ, "PYTHONPATH": exporter_path}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    env = {**os.environ, "PYTHONPATH": pythonpath(exporter_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0 and "ModuleNotFoundError" in out.stderr:
+        return None
+    out.check_returncode()
     return int(out.stdout.strip())
 
 
@@ -158,10 +166,11 @@ def main() -> None:
     print(f"python heap seen by tracemalloc: {traced['traced_kib'] / mib:.1f} MiB, by package (KiB):")  # type: ignore[operator]
     for name, size in traced["by_package_kib"]:  # type: ignore[attr-defined]
         print(f"  {size:8d}  {name}")
-    bare = import_cost("", args.exporter_path)
+    bare = import_cost("", args.exporter_path) or 0
     print(f"import cost on its own (RSS over a bare interpreter's {bare / mib:.1f} MiB):")
     for module in (*DEPENDENCIES, "smlens.cli", "smlens.app"):
-        print(f"  {(import_cost(module, args.exporter_path) - bare) / mib:6.1f} MiB  import {module}")
+        cost = import_cost(module, args.exporter_path)
+        print(f"  {'not installed' if cost is None else f'{(cost - bare) / mib:6.1f} MiB'}  import {module}")
 
 
 if __name__ == "__main__":
