@@ -28,7 +28,6 @@ DEPENDENCIES = (
     "prometheus_client",
     "yaml",
     "pydantic",
-    "smlens.serving.webconfig_file",  # pydantic and the web config file's models: only with such a file
     "fastapi, uvicorn",  # what smlens served with until issue 14
     "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # what it serves with now
     "grpc",  # only with pod attribution on a Kubernetes node
@@ -168,9 +167,11 @@ def main() -> None:
         print(f"  {size:8d}  {name}")
     bare = import_cost("", args.exporter_path) or 0
     print(f"import cost on its own (RSS over a bare interpreter's {bare / mib:.1f} MiB):")
-    for module in (*DEPENDENCIES, "smlens.cli", "smlens.app"):
+    # The web config file's schema (pydantic models) is imported only when serve is given such a file.
+    serving = ("smlens.serving", "smlens.serving, smlens.serving.webconfig_file")
+    for module in (*DEPENDENCIES, "smlens.cli", "smlens.app", *serving):
         cost = import_cost(module, args.exporter_path)
-        print(f"  {'not installed' if cost is None else f'{(cost - bare) / mib:6.1f} MiB'}  import {module}")
+        print(f"  {'    absent' if cost is None else f'{(cost - bare) / mib:6.1f} MiB'}  import {module}")
 
 
 if __name__ == "__main__":
