@@ -141,8 +141,10 @@ def measure(exporters: list[Exporter], duration: float) -> dict[str, Any]:
     pids = {e.name: e.process.pid for e in exporters if e.process is not None}
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.monotonic()
+    rounds = 0
     while (elapsed := time.monotonic() - started) < duration:
-        for exporter in exporters:
+        rounds += 1
+        for exporter in exporters if rounds % 2 else exporters[::-1]:  # neither is always scraped first
             if not exporter.alive():
                 fail(f"{exporter.name} exited during the run.", exporters)
             ok = exporter.scrape()
