@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from starlette.requests import Request
@@ -101,33 +102,25 @@ def profiling_router(control: ProfilingControl, token: str) -> Router:
         """
         return state() if authorized(request) else deny()
 
-    def pause(request: Request) -> JSONResponse:
-        """Pause DCGM profiling on this node (hostengine-wide).
-        ---
-        responses:
-          200: {description: the new state}
-          401: {description: no valid token}
-          409: {description: this node cannot pause profiling}
-          503: {description: the hostengine did not answer}
-        """
-        return act(pause=True) if authorized(request) else deny()
+    def switch(pause: bool) -> Callable[[Request], JSONResponse]:
+        def handler(request: Request) -> JSONResponse:
+            """Pause (.../pause) or resume (.../resume) DCGM profiling on this node, hostengine-wide.
+            ---
+            responses:
+              200: {description: the new state}
+              401: {description: no valid token}
+              409: {description: this node cannot pause profiling}
+              503: {description: the hostengine did not answer}
+            """
+            return act(pause) if authorized(request) else deny()
 
-    def resume(request: Request) -> JSONResponse:
-        """Resume DCGM profiling on this node.
-        ---
-        responses:
-          200: {description: the new state}
-          401: {description: no valid token}
-          409: {description: this node cannot resume profiling}
-          503: {description: the hostengine did not answer}
-        """
-        return act(pause=False) if authorized(request) else deny()
+        return handler
 
     prefix = "/admin/profiling"
     return Router(
         routes=[
             Route(prefix, get_state, methods=["GET"]),
-            Route(f"{prefix}/pause", pause, methods=["POST"]),
-            Route(f"{prefix}/resume", resume, methods=["POST"]),
+            Route(f"{prefix}/pause", switch(pause=True), methods=["POST"]),
+            Route(f"{prefix}/resume", switch(pause=False), methods=["POST"]),
         ]
     )
