@@ -3,13 +3,14 @@ none of them calls NVML, DCGM or the kubelet."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, Router
+from starlette.routing import BaseRoute, Route, Router
 from starlette.schemas import SchemaGenerator
 
 from smlens import __version__
@@ -22,9 +23,19 @@ from smlens.thresholds import Thresholds
 from smlens.verdict import latest as verdict_of
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The bodies smlens answered with on FastAPI: ``{"detail": "Not Found"}``, ``"Method Not Allowed"``."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
 class App(Starlette):
-    """The exporter's application: Starlette routes (FastAPI alone imported 15 MiB more, docs/performance.md),
-    and their OpenAPI document, made from the YAML after ``---`` in each handler's docstring."""
+    """The exporter's application: Starlette routes (on FastAPI, serve's RSS was 7.7 MiB larger:
+    docs/performance.md, "Memory") and their OpenAPI document, made from the YAML after ``---`` in each
+    handler's docstring."""
+
+    def __init__(self, routes: Sequence[BaseRoute] = ()) -> None:
+        super().__init__(routes=routes, exception_handlers={HTTPException: _http_error})
 
     def include_router(self, router: Router) -> None:
         self.router.routes.extend(router.routes)
