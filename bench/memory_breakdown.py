@@ -28,15 +28,13 @@ DEPENDENCIES = (
     "prometheus_client",
     "yaml",
     "pydantic",
-    "fastapi",
-    "uvicorn",
-    "fastapi, uvicorn",
-    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # the server without FastAPI
-    "grpc",
+    "fastapi, uvicorn",  # what smlens served with until issue 14
+    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # what it serves with now
+    "grpc",  # only with pod attribution on a Kubernetes node
     "pynvml",
 )
 
-# Runs in the child: serve on a thread, scrape, then report on itself and exit.
+# Runs in the child: serve on the main thread while another scrapes, then reports on the process and exits.
 _CHILD = r"""
 import json, os, re, sys, threading, time, tracemalloc, urllib.request
 traced = os.environ.get("SMLENS_BENCH_TRACE") == "1"
@@ -44,59 +42,68 @@ if traced:
     tracemalloc.start(1)
 from smlens.cli import main
 port, settle, flags = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-threading.Thread(target=main, args=(["serve", "--listen", f"127.0.0.1:{port}", *flags],), daemon=True).start()
 url = f"http://127.0.0.1:{port}"
-for _ in range(200):
-    try:
-        if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
-            break
-    except Exception:
-        time.sleep(0.1)
-for _ in range(20):
-    urllib.request.urlopen(url + "/metrics", timeout=5).read()
-time.sleep(settle)
 
-def kib(field, text):
-    found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
-    return int(found.group(1)) if found else 0
-
-rollup = open("/proc/self/smaps_rollup").read()
-libs = {}
-name = None
-for line in open("/proc/self/smaps"):
-    head = line.split()
-    if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-        name = head[5] if len(head) > 5 else "[anon]"
-    elif head[0] == "Rss:":
-        libs[name] = libs.get(name, 0) + int(head[1])
-report = {
-    "rss_kib": kib("Rss", rollup),
-    "anon_kib": kib("Anonymous", rollup),
-    "file_kib": kib("Rss", rollup) - kib("Anonymous", rollup),
-    "threads": threading.active_count(),
-    "modules": len(sys.modules),
-    "mappings": sorted(libs.items(), key=lambda kv: -kv[1])[:12],
-}
-if traced:
-    by_package = {}
-    for stat in tracemalloc.take_snapshot().statistics("filename"):
-        path = stat.traceback[0].filename
-        package = "<frozen/builtin>" if path.startswith("<") else "other"
-        for marker in ("/site-packages/", "/lib/python3", "/exporter/"):
-            if marker in path:
-                rest = path.split(marker, 1)[1]
-                if marker == "/lib/python3":
-                    rest = "stdlib:" + rest.split("/", 2)[1].removesuffix(".py")
-                package = rest.split("/")[0].removesuffix(".py")
+def report():
+    for _ in range(200):
+        try:
+            if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
                 break
-        by_package[package] = by_package.get(package, 0) + stat.size
-    report["traced_kib"] = sum(by_package.values()) // 1024
-    largest = sorted(by_package.items(), key=lambda kv: -kv[1])[:20]
-    report["by_package_kib"] = [(name, size // 1024) for name, size in largest]
-print(json.dumps(report))
-sys.stdout.flush()
-os._exit(0)
+        except Exception:
+            time.sleep(0.1)
+    for _ in range(20):
+        urllib.request.urlopen(url + "/metrics", timeout=5).read()
+    time.sleep(settle)
+
+    def kib(field, text):
+        found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+        return int(found.group(1)) if found else 0
+
+    rollup = open("/proc/self/smaps_rollup").read()
+    libs = {}
+    name = None
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            name = head[5] if len(head) > 5 else "[anon]"
+        elif head[0] == "Rss:":
+            libs[name] = libs.get(name, 0) + int(head[1])
+    result = {
+        "rss_kib": kib("Rss", rollup),
+        "anon_kib": kib("Anonymous", rollup),
+        "file_kib": kib("Rss", rollup) - kib("Anonymous", rollup),
+        "threads": threading.active_count(),
+        "modules": len(sys.modules),
+        "mappings": sorted(libs.items(), key=lambda kv: -kv[1])[:12],
+    }
+    if traced:
+        by_package = {}
+        for stat in tracemalloc.take_snapshot().statistics("filename"):
+            path = stat.traceback[0].filename
+            package = "<frozen/builtin>" if path.startswith("<") else "other"
+            for marker in ("/site-packages/", "/lib/python3", "/exporter/"):
+                if marker in path:
+                    rest = path.split(marker, 1)[1]
+                    if marker == "/lib/python3":
+                        rest = "stdlib:" + rest.split("/", 2)[1].removesuffix(".py")
+                    package = rest.split("/")[0].removesuffix(".py")
+                    break
+            by_package[package] = by_package.get(package, 0) + stat.size
+        result["traced_kib"] = sum(by_package.values()) // 1024
+        largest = sorted(by_package.items(), key=lambda kv: -kv[1])[:20]
+        result["by_package_kib"] = [(name, size // 1024) for name, size in largest]
+    print(json.dumps(result))
+    sys.stdout.flush()
+    os._exit(0)
+
+threading.Thread(target=report, daemon=True).start()  # serve must own the main thread (signal handlers)
+main(["serve", "--listen", f"127.0.0.1:{port}", *flags])
 """
+
+
+def pythonpath(exporter_path: str) -> str:
+    """The tree first, then what the caller's PYTHONPATH holds (where dependencies may be installed)."""
+    return os.pathsep.join(p for p in (exporter_path, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def free_port() -> int:
@@ -106,7 +113,8 @@ def free_port() -> int:
 
 
 def child(exporter_path: str, settle: float, flags: list[str], traced: bool) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": exporter_path, "SMLENS_BENCH_TRACE": "1" if traced else "0"}
+    trace = "1" if traced else "0"
+    env = {**os.environ, "PYTHONPATH": pythonpath(exporter_path), "SMLENS_BENCH_TRACE": trace}
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(free_port()), str(settle), *flags],
         env=env,
@@ -122,13 +130,16 @@ def child(exporter_path: str, settle: float, flags: list[str], traced: bool) -> 
     return result
 
 
-def import_cost(module: str, exporter_path: str) -> int:
-    """RSS in KiB of a fresh interpreter after ``import module`` (nothing for "")."""
+def import_cost(module: str, exporter_path: str) -> int | None:
+    """RSS in KiB of a fresh interpreter after ``import module`` (nothing for ""); None if not installed."""
     code = f"import re\n{'import ' + module if module else ''}\n" + (
         "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
-    env = {**os.environ, "PYTHONPATH": exporter_path}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    env = {**os.environ, "PYTHONPATH": pythonpath(exporter_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0 and "ModuleNotFoundError" in out.stderr:
+        return None
+    out.check_returncode()
     return int(out.stdout.strip())
 
 
@@ -154,10 +165,13 @@ def main() -> None:
     print(f"python heap seen by tracemalloc: {traced['traced_kib'] / mib:.1f} MiB, by package (KiB):")  # type: ignore[operator]
     for name, size in traced["by_package_kib"]:  # type: ignore[attr-defined]
         print(f"  {size:8d}  {name}")
-    bare = import_cost("", args.exporter_path)
+    bare = import_cost("", args.exporter_path) or 0
     print(f"import cost on its own (RSS over a bare interpreter's {bare / mib:.1f} MiB):")
-    for module in (*DEPENDENCIES, "smlens.cli", "smlens.app"):
-        print(f"  {(import_cost(module, args.exporter_path) - bare) / mib:6.1f} MiB  import {module}")
+    # The web config file's schema (pydantic models) is imported only when serve is given such a file.
+    serving = ("smlens.serving", "smlens.serving, smlens.serving.webconfig_file")
+    for module in (*DEPENDENCIES, "smlens.cli", "smlens.app", *serving):
+        cost = import_cost(module, args.exporter_path)
+        print(f"  {'    absent' if cost is None else f'{(cost - bare) / mib:6.1f} MiB'}  import {module}")
 
 
 if __name__ == "__main__":

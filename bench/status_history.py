@@ -81,7 +81,7 @@ def listener_share(gpus: int, interval: float, ticks: int) -> tuple[float, float
 
 def answer_cost(gpus: int, interval: float, cap: int) -> tuple[int, float, int]:
     """(bytes of the first answer, seconds per answer, answers for the full window) with ``cap``."""
-    from fastapi.testclient import TestClient
+    from starlette.testclient import TestClient
 
     from smlens.app import Publisher, create_app
     from smlens.status import page

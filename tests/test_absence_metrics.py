@@ -14,9 +14,9 @@ from types import ModuleType
 import httpx
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from starlette.testclient import TestClient
 
 from conftest import ExporterFactory
 from fakes.device_source import NvmlLikeNode

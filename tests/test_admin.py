@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from smlens.admin import profiling_router
+from smlens.app import App
 from smlens.errors import BackendError, ConfigError
 
 TOKEN = "s3cret-token-0123456789"
@@ -35,7 +35,7 @@ class Control:
 
 
 def client(control: Control) -> TestClient:
-    app = FastAPI()
+    app = App()
     app.include_router(profiling_router(control, TOKEN))
     return TestClient(app)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import gzip
 
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from smlens import thresholds
 from smlens.app import Publisher, create_app
@@ -85,3 +85,12 @@ def test_api_lists_gpus_with_verdicts_and_filters() -> None:
     assert [g["index"] for g in one] == [2]
     missing = c.get("/api/v1/gpus", params={"gpu": "99"})
     assert missing.status_code == 404 and "no GPU with index or uuid '99'" in missing.json()["error"]
+
+
+def test_unknown_paths_and_methods_keep_their_json_bodies() -> None:
+    c = client(Publisher())
+    missing = c.get("/nowhere")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
+    wrong = c.post("/metrics")
+    assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
+    assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, install
 from smlens import thresholds

@@ -12,8 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from conftest import (
     DCGM_BINDING_MODULES,
@@ -24,6 +23,7 @@ from conftest import (
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
 from smlens.admin import profiling_router
+from smlens.app import App
 from smlens.backends import dcgm, gpm
 from smlens.backends.dcgm import (
     DcgmBackend,
@@ -478,7 +478,7 @@ def test_pause_without_a_hostengine(fake: ModuleType) -> None:
 def test_pause_through_the_admin_endpoint(fake: ModuleType) -> None:
     engine = start_engine(fake)
     backend = attached(fake, engine)
-    app = FastAPI()
+    app = App()
     app.include_router(profiling_router(backend, "token-for-the-dcgm-test"))
     http = TestClient(app)
     auth = {"Authorization": "Bearer token-for-the-dcgm-test"}

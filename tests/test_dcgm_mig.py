@@ -11,8 +11,8 @@ from typing import Any
 
 import pynvml
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens import thresholds

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pynvml
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from conftest import ExporterFactory
 from fakes.fake_kubelet import FakeKubelet, pod

@@ -82,6 +82,10 @@ def test_the_document_covers_every_endpoint() -> None:
     }
 
 
+def test_the_document_is_valid_openapi() -> None:
+    schema.validate()  # against the OpenAPI 3.0 meta-schema: the handlers' docstrings make the document
+
+
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_request_gets_a_server_error(case: schemathesis.Case) -> None:

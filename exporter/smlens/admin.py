@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, Router
 
 from smlens.backends.base import ProfilingControl
 from smlens.errors import BackendError, ConfigError
@@ -56,7 +58,7 @@ def read_token(path: Path) -> str:
     return token
 
 
-def profiling_router(control: ProfilingControl, token: str) -> APIRouter:
+def profiling_router(control: ProfilingControl, token: str) -> Router:
     """``GET /admin/profiling`` (state), ``POST /admin/profiling/pause`` and ``.../resume``;
     every call needs ``Authorization: Bearer <token>`` or, behind basic auth, ``X-Admin-Token: <token>``."""
     expected = checked_token(token).encode()
@@ -68,8 +70,6 @@ def profiling_router(control: ProfilingControl, token: str) -> APIRouter:
         if scheme.lower() != "bearer":
             given = request.headers.get("x-admin-token", "")
         return bool(given) and secrets.compare_digest(given.strip().encode(), expected)
-
-    router = APIRouter(prefix="/admin/profiling")
 
     def deny() -> JSONResponse:
         return JSONResponse(
@@ -92,16 +92,35 @@ def profiling_router(control: ProfilingControl, token: str) -> APIRouter:
             return JSONResponse({"error": str(exc), "reason": exc.reason}, status_code=status)
         return state()
 
-    @router.get("")
+    # Plain functions: Starlette runs them on its thread pool, so a slow hostengine never blocks /metrics.
     def get_state(request: Request) -> JSONResponse:
+        """Is DCGM profiling paused?
+        ---
+        responses:
+          200: {description: the state}
+          401: {description: no valid token}
+        """
         return state() if authorized(request) else deny()
 
-    @router.post("/pause")
-    def pause(request: Request) -> JSONResponse:
-        return act(pause=True) if authorized(request) else deny()
+    def switch(pause: bool) -> Callable[[Request], JSONResponse]:
+        def handler(request: Request) -> JSONResponse:
+            """Pause (.../pause) or resume (.../resume) DCGM profiling on this node, hostengine-wide.
+            ---
+            responses:
+              200: {description: the new state}
+              401: {description: no valid token}
+              409: {description: this node cannot pause profiling}
+              503: {description: the hostengine did not answer}
+            """
+            return act(pause) if authorized(request) else deny()
 
-    @router.post("/resume")
-    def resume(request: Request) -> JSONResponse:
-        return act(pause=False) if authorized(request) else deny()
+        return handler
 
-    return router
+    prefix = "/admin/profiling"
+    return Router(
+        routes=[
+            Route(prefix, get_state, methods=["GET"]),
+            Route(f"{prefix}/pause", switch(pause=True), methods=["POST"]),
+            Route(f"{prefix}/resume", switch(pause=False), methods=["POST"]),
+        ]
+    )

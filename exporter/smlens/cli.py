@@ -84,6 +84,7 @@ def _admin_control(sampler: Sampler) -> ProfilingControl:
 def _serve(settings: ServeSettings) -> int:
     from smlens.admin import profiling_router, read_token
     from smlens.app import Publisher, create_app
+    from smlens.heap import release_after_start_up
     from smlens.runtime import build_sampler
     from smlens.serving import open_server
     from smlens.status.history import History
@@ -101,6 +102,7 @@ def _serve(settings: ServeSettings) -> int:
             app = create_app(publisher, limits, sampler.alive, history)
             if token is not None:
                 app.include_router(profiling_router(_admin_control(sampler), token))
+            sampler.subscribe(release_after_start_up)
             sampler.start()
             host, port = settings.listen
             log.info(

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse, Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, Router
 
 from smlens import __version__
 from smlens.model import GpuState
@@ -36,29 +37,63 @@ def _asset(name: str) -> bytes:
     return (resources.files("smlens.status") / "static" / name).read_bytes()
 
 
-def status_router(history: History, describe: Describe) -> APIRouter:
+def _sequence(value: str | None) -> int | None:
+    """``after`` as given: absent, or a sequence number (decimal digits); anything else is ValueError."""
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(value)
+    return int(value)
+
+
+def status_router(history: History, describe: Describe) -> Router:
     """Routes of the page; ``describe`` is /api/v1/gpus' view of one GPU, so both agree on verdicts."""
-    router = APIRouter()
     page = _asset("index.html")
     assets = {name: _asset(name) for name in STATIC}
     # Other headers (X-Content-Type-Options, ...) come from the web config's http_server_config.headers.
     headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
 
-    @router.get("/")
-    async def status_page() -> Response:
+    async def status_page(request: Request) -> Response:
+        """The status page.
+        ---
+        responses:
+          200: {description: the page}
+        """
         return Response(page, media_type="text/html; charset=utf-8", headers=headers)
 
-    @router.get("/static/{name}")
-    async def static(name: str) -> Response:
+    async def static(request: Request) -> Response:
+        """The page's stylesheet and script.
+        ---
+        parameters:
+          - {name: name, in: path, required: true, schema: {type: string}}
+        responses:
+          200: {description: the file}
+          404: {description: no such static file}
+        """
+        name = request.path_params["name"]
         if name not in assets:
             return Response("no such static file\n", status_code=404, media_type="text/plain")
         return Response(assets[name], media_type=STATIC[name], headers=headers)
 
-    # A plain function: FastAPI runs it on its thread pool, so a full window never blocks /metrics.
-    @router.get("/api/v1/history")
-    def history_json(
-        after: int | None = Query(None, ge=0, description="sequence of the newest point the caller holds"),
-    ) -> Response:
+    # A plain function: Starlette runs it on its thread pool, so a full window never blocks /metrics.
+    def history_json(request: Request) -> Response:
+        """The timelines of every GPU over the window, the points after ``after`` only if it is given.
+        ---
+        parameters:
+          - name: after
+            in: query
+            required: false
+            description: sequence of the newest point the caller holds
+            schema: {type: integer, minimum: 0}
+        responses:
+          200: {description: the points}
+          422: {description: after is not a sequence number}
+          503: {description: no complete sample yet}
+        """
+        try:
+            after = _sequence(request.query_params.get("after"))
+        except ValueError:
+            return JSONResponse({"error": "after must be a sequence number (digits only)"}, status_code=422)
         window = history.window(after, MAX_VALUES_PER_ANSWER)
         if window is None:
             return JSONResponse({"error": "no complete sample yet"}, status_code=503)
@@ -92,4 +127,10 @@ def status_router(history: History, describe: Describe) -> APIRouter:
             headers={"Cache-Control": "no-store"},
         )
 
-    return router
+    return Router(
+        routes=[
+            Route("/", status_page, methods=["GET"]),
+            Route("/static/{name}", static, methods=["GET"]),
+            Route("/api/v1/history", history_json, methods=["GET"]),
+        ]
+    )

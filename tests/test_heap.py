@@ -1,0 +1,27 @@
+"""The one release of start-up's freed memory."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from smlens import heap
+from smlens.backends.sim import Scenario, SimBackend
+from smlens.sampler import Sampler
+
+
+def test_released_once_after_the_start_up_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(heap, "release_freed_memory", lambda: calls.append(1))
+    sampler = Sampler(SimBackend(Scenario.steady(1)), [], hostname="node-a", interval=1.0)
+    sampler.open()
+    sampler.subscribe(heap.release_after_start_up)
+    for ticks in range(1, 6):
+        sampler.tick()
+        assert len(calls) == (ticks >= heap.START_UP_TICKS)
+
+
+def test_glibc_trims() -> None:
+    assert hasattr(ctypes.CDLL(None), "malloc_trim")  # this machine's libc is glibc: the trim is not skipped
+    heap.release_freed_memory()
