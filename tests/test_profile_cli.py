@@ -102,8 +102,16 @@ def test_report_to_stdout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--interval-us", "50"], "--interval-us must be at least 100 (10 kHz), got 50."),
+        (["--interval-us", "50"], "--interval-us must be 100 (10 kHz) to 1000000 (1 Hz), got 50."),
+        (
+            ["--interval-us", "10000000"],
+            "--interval-us must be 100 (10 kHz) to 1000000 (1 Hz), got 10000000.",
+        ),
+        (["--seconds", "0.5", "--interval-us", "600000"], "--interval-us 600000 is longer than the capture"),
         (["--seconds", "0"], "--seconds must be above 0 and at most 600, got 0."),
+        (["--seconds", "nan"], "--seconds must be above 0 and at most 600, got nan."),
+        (["--out", "/nonexistent/r.html"], "cannot write /nonexistent/r.html: No such file or directory."),
+        (["--json", "/"], "cannot write /: Is a directory."),
         (["--from-json", "/nonexistent.json"], "cannot read /nonexistent.json"),
     ],
 )

@@ -10,7 +10,7 @@ import pytest
 
 from profile_worker_double import evaluate, failing, prepare
 from smlens.profile.cupti_session import image_slots
-from smlens.profile.evaluator import ImagePipeline
+from smlens.profile.evaluator import EvaluatorError, ImagePipeline
 
 SIZE = 4096
 
@@ -46,7 +46,9 @@ def test_images_are_evaluated_in_another_process_in_order_and_reused_only_once_e
 
 
 def test_a_worker_that_cannot_prepare_fails_at_once() -> None:
-    with pytest.raises(RuntimeError, match="no host for this chip"):
+    with pytest.raises(
+        EvaluatorError, match=r"^the process that evaluates the samples could not start: no host"
+    ):
         ImagePipeline(SIZE, zero, prepare, ("broken",), job=evaluate)
 
 
@@ -54,7 +56,9 @@ def test_a_failed_evaluation_surfaces_when_the_results_are_read() -> None:
     pipeline = ImagePipeline(SIZE, zero, prepare, ("GH100",), job=failing)
     try:
         pipeline.hand_over(pipeline.take(), 3)
-        with pytest.raises(ValueError, match="bad counter data"):
+        with pytest.raises(
+            EvaluatorError, match=r"^evaluating the samples failed in the worker process: bad counter"
+        ):
             pipeline.results()
     finally:
         pipeline.close()

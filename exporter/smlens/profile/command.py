@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smlens import thresholds
 from smlens.errors import SmlensError
+
+if TYPE_CHECKING:
+    from smlens.profile.recording import Recording
 
 MIN_INTERVAL_US = 100  # 10 kHz
 # 5 kHz by default: on the H200 a capture keeps about 0.75 of a host core busy at 5 kHz and 1.1 at 10 kHz
 # (decoding plus the evaluator process; docs/profile.md, Cost).
 DEFAULT_INTERVAL_US = 200
+MAX_INTERVAL_US = 1_000_000
 MAX_SECONDS = 600
 
 
@@ -34,7 +39,7 @@ def add_parser(commands: Any, formatter: Any) -> None:
         "--interval-us",
         type=int,
         default=DEFAULT_INTERVAL_US,
-        help=f"sampling interval, at least {MIN_INTERVAL_US} (default: {DEFAULT_INTERVAL_US})",
+        help=f"sampling interval, {MIN_INTERVAL_US} to {MAX_INTERVAL_US} (default: {DEFAULT_INTERVAL_US})",
     )
     profile.add_argument(
         "--out",
@@ -62,22 +67,21 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.seconds <= MAX_SECONDS:
         raise SmlensError(f"--seconds must be above 0 and at most {MAX_SECONDS}, got {args.seconds:g}.")
-    if args.interval_us < MIN_INTERVAL_US:
+    if not MIN_INTERVAL_US <= args.interval_us <= MAX_INTERVAL_US:
         raise SmlensError(
-            f"--interval-us must be at least {MIN_INTERVAL_US} (10 kHz), got {args.interval_us}."
+            f"--interval-us must be {MIN_INTERVAL_US} (10 kHz) to {MAX_INTERVAL_US} (1 Hz), "
+            f"got {args.interval_us}."
+        )
+    if args.interval_us > args.seconds * 1e6:
+        raise SmlensError(
+            f"--interval-us {args.interval_us} is longer than the capture (--seconds {args.seconds:g}): "
+            "it would hold no sample."
         )
     limits = thresholds.load(args.thresholds)
-    if args.from_json is not None:
-        recording = Recording.load(args.from_json)
-    else:
-        from smlens.profile.cupti_session import capture, import_cupti, resolve_gpu
-
-        import_cupti()
-        gpu = resolve_gpu(str(args.gpu))
-        recording = capture(
-            gpu, args.seconds, args.interval_us * 1000, lambda e, n: _progress(e, n, args.seconds)
-        )
-        print(file=sys.stderr)
+    for path in (None if args.out == "-" else Path(args.out), args.json):
+        if path is not None:
+            _check_writable(path)
+    recording = Recording.load(args.from_json) if args.from_json is not None else _capture(args)
     if len(recording) == 0:
         raise SmlensError("the capture holds no sample (the GPU clock did not advance?).")
     summary = summarize(recording, limits)
@@ -94,6 +98,39 @@ def run(args: argparse.Namespace) -> int:
         if args.out != "-":
             print(f"samples and summary: {args.json}")
     return 0
+
+
+def _capture(args: argparse.Namespace) -> Recording:
+    from smlens.profile.cupti_session import capture, import_cupti, resolve_gpu
+
+    import_cupti()
+    gpu = resolve_gpu(str(args.gpu))
+    try:
+        recording = capture(
+            gpu, args.seconds, args.interval_us * 1000, lambda e, n: _progress(e, n, args.seconds)
+        )
+    finally:
+        print(file=sys.stderr)  # ends the progress line, before any sentence about a failure
+    interrupted = recording.notes.get("interrupted_after_s")
+    if interrupted is not None:
+        print(
+            f"interrupted after {interrupted:g} of {args.seconds:g} s: reporting what was captured.",
+            file=sys.stderr,
+        )
+    return recording
+
+
+def _check_writable(path: Path) -> None:
+    """Fail now, not after a capture that cannot be repeated (tried, not guessed: root passes os.access)."""
+    existed = path.exists()
+    try:
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise SmlensError(f"cannot write {path}: {exc.strerror}.") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _write(path: Path, text: str) -> None:

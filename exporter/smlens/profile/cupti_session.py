@@ -9,9 +9,12 @@ Built on ``cupti.pm_sampling.Collector`` of cupti-python 13.4 for enable/configu
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +46,7 @@ def import_cupti() -> tuple[Any, Any, Any]:
         raise ProfileError(
             f"smlens profile needs NVIDIA's cupti-python, which {what}: pip install 'smlens[profile]'."
         ) from None
-    except Exception as exc:  # cupti-python raises its own error when no CUDA driver is found
+    except Exception as exc:  # a broken install (13.4.0 itself imports without a CUDA driver)
         raise ProfileError(f"CUPTI cannot load on this host: {exc}.") from None
     return cu, pm_sampling, profiler_host
 
@@ -109,8 +112,8 @@ class Session:
 
     ``poll`` decodes what the GPU wrote into a counter-data image and reads each new sample's timestamps;
     an image that is half full goes to a worker process (evaluator.py) that evaluates its counters, and
-    decoding goes on in a fresh image. No decode ever fills an image: after one that does, CUPTI 13.4 returns
-    samples without timestamps (docs/profile.md)."""
+    decoding goes on in a fresh image. A decode fills an image only when the loop fell behind by more than
+    ``HEADROOM_S``: after one that does, CUPTI 13.4 returns samples without timestamps (docs/profile.md)."""
 
     def __init__(
         self,
@@ -132,6 +135,7 @@ class Session:
         self.stats = DecodeStats()
         self._buffer = hardware_buffer_bytes
         self._keep_latest = keep_latest
+        self._sampling = False  # between a successful start and stop
 
     def __enter__(self) -> Session:
         from smlens.profile.cuda import retain_primary_context
@@ -143,10 +147,10 @@ class Session:
             collector.enable()
         except PermissionError:
             raise ProfileError(self._no_permission()) from None
-        except RuntimeError as exc:
-            raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
         except cu.cuptiError as exc:
             raise ProfileError(self._explain(exc)) from None
+        except (RuntimeError, ValueError, MemoryError) as exc:  # what Collector.enable documents
+            raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
         self._collector = collector
         try:
             mode = self._pm.HardwareBufferAppendMode
@@ -156,21 +160,23 @@ class Session:
                 sampling_interval=self.interval_ns,
                 hw_buffer_append_mode=mode.KEEP_LATEST if self._keep_latest else mode.KEEP_OLDEST,
             )
+            image_bytes = self._image_bytes()
+        except cu.cuptiError as exc:
+            self.close()
+            raise ProfileError(self._explain(exc)) from None
+        except (ValueError, OverflowError) as exc:
+            self.close()
+            raise ProfileError(f"GPU {self.gpu.index} cannot sample smlens' counters: {exc}") from None
+        try:
             self._pipeline = ImagePipeline(
-                self._image_bytes(),
+                image_bytes,
                 self._initialize_image,
                 prepare,
                 (collector._chip_name, COUNTERS, tuple(PEAK_OF.values())),
             )
-        except cu.cuptiError as exc:
+        except BaseException:
             self.close()
-            raise ProfileError(self._explain(exc)) from None
-        except ValueError as exc:
-            self.close()
-            raise ProfileError(f"GPU {self.gpu.index} cannot sample smlens' counters: {exc}") from None
-        except Exception as exc:  # the worker could not start or prepare (its error crossed a process)
-            self.close()
-            raise ProfileError(f"the process that evaluates the samples could not start: {exc}.") from None
+            raise
         return self
 
     def _no_permission(self) -> str:
@@ -200,11 +206,15 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        """Release everything, quietly: it also runs after a failure, which is what the user hears about."""
         if self._pipeline is not None:
             self._pipeline.close()
             self._pipeline = None
         if self._collector is not None:
-            self._collector.disable()
+            with contextlib.suppress(Exception):
+                if self._sampling:
+                    self._collector.stop()
+                self._collector.disable()
             self._collector = None
 
     # The two image calls below are the ones cupti-python 13.4.0's Collector._create_counter_data_image makes
@@ -235,14 +245,22 @@ class Session:
         cu.pm_sampling_counter_data_image_initialize(params.ptr)
 
     def start(self) -> None:
+        self._image = self._take()
         try:
-            self._image = self._take()
             self._collector.start()
         except self._cu.cuptiError as exc:
             raise ProfileError(self._explain(exc)) from None
+        except RuntimeError as exc:
+            raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
+        self._sampling = True
 
     def stop(self) -> None:
-        self._collector.stop()
+        """Stop sampling, decode what is left and hand the last image over."""
+        self._sampling = False
+        try:
+            self._collector.stop()
+        except (self._cu.cuptiError, RuntimeError) as exc:
+            raise ProfileError(f"CUPTI failed to stop PM sampling on GPU {self.gpu.index}: {exc}.") from None
         self.poll()
         if self._image is not None and self._harvested:
             self._hand_over()
@@ -254,12 +272,7 @@ class Session:
 
     def _take(self) -> SharedImage:
         assert self._pipeline is not None
-        try:
-            return self._pipeline.take()
-        except ProfileError:
-            raise
-        except Exception as exc:
-            raise ProfileError(f"evaluating the samples failed in the worker process: {exc}.") from None
+        return self._pipeline.take()
 
     def _hand_over(self) -> None:
         assert self._pipeline is not None and self._image is not None
@@ -268,8 +281,20 @@ class Session:
 
     def poll(self) -> None:
         """Decode what the hardware wrote since the last call; hand a half-full image to the worker."""
-        cu = self._cu
         cpu = time.process_time()
+        try:
+            self._decode()
+        except self._cu.cuptiError as exc:
+            if getattr(exc, "status", None) == self._cu.Result.ERROR_OUT_OF_MEMORY:
+                raise ProfileError(
+                    "the GPU's sample buffer overflowed before it was decoded (the host was too slow): "
+                    "use a longer --interval-us."
+                ) from None
+            raise ProfileError(self._explain(exc)) from None
+        self.stats.cpu_s += time.process_time() - cpu
+
+    def _decode(self) -> None:
+        cu = self._cu
         while True:
             assert self._image is not None
             image = self._image.array
@@ -279,15 +304,7 @@ class Session:
             params.p_counter_data_image = image.ctypes.data
             params.counter_data_image_size = len(image)
             t = time.perf_counter()
-            try:
-                cu.pm_sampling_decode_data(params.ptr)
-            except cu.cuptiError as exc:
-                if getattr(exc, "status", None) == cu.Result.ERROR_OUT_OF_MEMORY:
-                    raise ProfileError(
-                        "the GPU's sample buffer overflowed before it was decoded (the host was too slow): "
-                        "use a longer --interval-us."
-                    ) from None
-                raise
+            cu.pm_sampling_decode_data(params.ptr)
             self.stats.decode_s += time.perf_counter() - t
             self.stats.overflow |= bool(params.overflow)
             populated = self._read_timestamps()
@@ -299,7 +316,6 @@ class Session:
                 self._image, self._harvested = self._take(), 0
             if not full:
                 break
-        self.stats.cpu_s += time.process_time() - cpu
 
     def _read_timestamps(self) -> int:
         """Read the start/end of every sample completed since the last call; returns the populated count."""
@@ -329,10 +345,7 @@ class Session:
     def recording(self) -> Recording:
         """The capture, once the worker has evaluated every image (call after ``stop``)."""
         assert self._pipeline is not None
-        try:
-            evaluated = self._pipeline.results()
-        except Exception as exc:
-            raise ProfileError(f"evaluating the samples failed in the worker process: {exc}.") from None
+        evaluated = self._pipeline.results()
         values = np.concatenate([e.values for e in evaluated]) if evaluated else np.empty((0, len(COUNTERS)))
         first = next((e.peaks for e in evaluated if e.peaks is not None), None)
         peaks = {} if first is None else {c: float(v) for c, v in zip(PEAK_OF, first, strict=True)}
@@ -375,10 +388,14 @@ class Session:
 def capture(
     gpu: Gpu, seconds: float, interval_ns: int, progress: Callable[[float, int], None] | None = None
 ) -> Recording:
-    """Sample ``gpu`` for ``seconds``; ``progress(elapsed, samples)`` is called about 5 times a second."""
-    with Session(gpu, interval_ns) as session:
+    """Sample ``gpu`` for ``seconds``; ``progress(elapsed, samples)`` is called about 5 times a second.
+
+    Ctrl-C ends the capture early and keeps what was captured (notes: ``interrupted_after_s``); a second
+    Ctrl-C abandons it. SIGTERM abandons it with one sentence. Either way the session is released."""
+    with _sigterm_as_error(), Session(gpu, interval_ns) as session:
         session.start()
         began = shown = time.monotonic()
+        interrupted = None
         try:
             while (elapsed := time.monotonic() - began) < seconds:
                 time.sleep(min(POLL_S, seconds - elapsed))
@@ -386,6 +403,28 @@ def capture(
                 if progress is not None and time.monotonic() - shown >= 0.2:
                     shown = time.monotonic()
                     progress(min(seconds, shown - began), session.samples)
-        finally:
-            session.stop()
-        return session.recording()
+        except KeyboardInterrupt:
+            interrupted = round(time.monotonic() - began, 2)
+        session.stop()
+        recording = session.recording()
+        if interrupted is not None:
+            recording.notes["interrupted_after_s"] = interrupted
+        return recording
+
+
+@contextlib.contextmanager
+def _sigterm_as_error() -> Iterator[None]:
+    """While capturing, SIGTERM raises ProfileError, so that the session is released before exit (the
+    default action would leave the counters' session to the driver and the worker to its death signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise ProfileError("stopped by SIGTERM before the capture finished: nothing was written.")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

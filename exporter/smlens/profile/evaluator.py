@@ -15,17 +15,38 @@ offload metric extraction to another process"). No CUPTI import at module level:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import multiprocessing
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from smlens.errors import SmlensError
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class EvaluatorError(SmlensError):
+    """The worker process failed or ended; one sentence for the user."""
+
+    @classmethod
+    def of(
+        cls, exc: BaseException, what: str = "evaluating the samples failed in the worker process"
+    ) -> EvaluatorError:
+        if isinstance(exc, BrokenProcessPool):
+            why = "it ended unexpectedly (killed, or out of memory?)"
+        else:
+            why = str(exc).rstrip(".")
+        return cls(f"{what}: {why}.")
 
 
 class SharedImage:
@@ -59,6 +80,17 @@ class Evaluated:
 _host: Any = None
 _metrics: tuple[list[str], list[str]] = ([], [])
 _maps: dict[str, np.ndarray] = {}
+
+
+def _worker_started(parent: int) -> None:
+    """In the worker, first: Ctrl-C is the parent's to handle (it stops the capture and then this process),
+    and this process dies with the parent, whatever kills it (it would otherwise wait forever: it holds the
+    write end of its own job queue)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl
+        os._exit(1)
 
 
 def prepare(chip: str, counters: Sequence[str], peaks: Sequence[str]) -> None:
@@ -117,7 +149,9 @@ class ImagePipeline:
 
     ``initialize(array)`` readies an image for decoding (in this process); ``prepare`` with ``prepare_args``
     runs first in the worker; ``job`` evaluates one image there. At most ``max_images`` images exist: when
-    none is free, taking one waits for the oldest evaluation."""
+    none is free, taking one waits for the oldest evaluation. Any failure of the worker, or its end, is
+    raised as :class:`EvaluatorError`. Create it in the main thread: the worker dies with the thread that
+    started it."""
 
     def __init__(
         self,
@@ -139,8 +173,19 @@ class ImagePipeline:
         self._peaks_asked = False
         self.waits = 0  # times the decode loop had to wait for the worker to free an image
         # spawn, not fork: this process holds a CUDA context and CUPTI state a forked child must not inherit
-        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        self._pool.submit(prepare, *prepare_args).result()  # starts the worker; its errors surface here
+        self._pool = ProcessPoolExecutor(
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_started,
+            initargs=(os.getpid(),),
+        )
+        try:
+            self._pool.submit(prepare, *prepare_args).result()  # starts the worker; its errors surface here
+        except BaseException as exc:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            if not isinstance(exc, Exception):
+                raise
+            raise EvaluatorError.of(exc, "the process that evaluates the samples could not start") from None
 
     def take(self) -> SharedImage:
         """A fresh image to decode into."""
@@ -159,21 +204,24 @@ class ImagePipeline:
         """Evaluate samples 0..count-1 of ``image`` in the worker; the image is reused afterwards."""
         with_peaks = count > 0 and not self._peaks_asked
         self._peaks_asked |= with_peaks
-        future = self._pool.submit(self._job, image.path, image.size, count, with_peaks)
+        try:
+            future = self._pool.submit(self._job, image.path, image.size, count, with_peaks)
+        except Exception as exc:  # the pool broke: the worker ended
+            raise EvaluatorError.of(exc) from None
         self._pending.append((image, future))
         self._results.append(future)
 
     def _recycle(self, wait: bool) -> None:
         while self._pending and (wait or self._pending[0][1].done()):
             image, future = self._pending.popleft()
-            future.result()  # a worker failure stops the capture here
+            _result(future)  # a worker failure stops the capture here
             self._initialize(image.array)
             self._free.append(image)
             wait = False
 
     def results(self) -> list[Evaluated]:
         """Every image's values, in the order the images were handed over (waits for the worker)."""
-        return [future.result() for future in self._results]
+        return [_result(future) for future in self._results]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -181,3 +229,10 @@ class ImagePipeline:
         for image in self._images:
             image.close()
         self._images, self._free = [], []
+
+
+def _result(future: Future[Evaluated]) -> Evaluated:
+    try:
+        return future.result()
+    except Exception as exc:
+        raise EvaluatorError.of(exc) from None
