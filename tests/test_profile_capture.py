@@ -5,6 +5,12 @@ as the H200 did)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,3 +98,158 @@ def test_capture_polls_while_the_gpu_writes_and_reports_progress(cupti: Any) -> 
     assert len(progress) >= 2 and progress[-1][1] > progress[0][1] > 0
     assert len(recording) > 100 and recording.notes["images_filled"] == 0
     assert np.array_equal(recording.start_ns[1:], recording.end_ns[:-1])
+
+
+def _no_worker_left() -> bool:
+    import multiprocessing
+
+    return not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize(
+    ("call", "status", "sentence"),
+    [
+        (
+            "pm_sampling_enable",
+            "ERROR_INSUFFICIENT_PRIVILEGES",
+            "no permission to read GPU 0's performance counters",
+        ),
+        (
+            "pm_sampling_enable",
+            "ERROR_INVALID_OPERATION",
+            "CUPTI cannot start PM sampling on GPU 0: PM sampling is",
+        ),
+        (
+            "pm_sampling_enable",
+            "ERROR_OUT_OF_MEMORY",
+            "CUPTI cannot start PM sampling on GPU 0: Memory allocation",
+        ),
+        (
+            "pm_sampling_set_config",
+            "ERROR_HARDWARE_BUSY",
+            "another profiler holds GPU 0's performance counters",
+        ),
+        (
+            "pm_sampling_set_config",
+            "ERROR_NOT_SUPPORTED",
+            "GPU 0 cannot sample smlens' counters: Requested PM",
+        ),
+        ("pm_sampling_start", "ERROR_HARDWARE_BUSY", "another profiler holds GPU 0's performance counters"),
+        ("pm_sampling_decode_data", "ERROR_UNKNOWN", "CUPTI failed on GPU 0: ERROR_UNKNOWN (999)."),
+        (
+            "pm_sampling_stop",
+            "ERROR_UNKNOWN",
+            "CUPTI failed to stop PM sampling on GPU 0: ERROR_UNKNOWN (999).",
+        ),
+    ],
+)
+def test_each_cupti_failure_is_one_sentence_and_releases_the_worker(
+    cupti: Any, call: str, status: str, sentence: str
+) -> None:
+    cupti.HARDWARE.fail[call] = cupti.Result[status]
+    with pytest.raises(ProfileError) as raised:
+        capture(cupti, [20, 20])
+    assert str(raised.value).startswith(sentence)
+    assert _no_worker_left()
+
+
+def test_a_worker_killed_mid_capture_is_one_sentence(cupti: Any) -> None:
+    import multiprocessing
+    import os
+    import signal
+
+    from smlens.profile.evaluator import EvaluatorError
+
+    with pytest.raises(EvaluatorError) as raised, Session(GPU, INTERVAL, slots=100) as session:
+        session.start()
+        (worker,) = multiprocessing.active_children()
+        os.kill(worker.pid or 0, signal.SIGKILL)
+        worker.join(10)
+        for _ in range(10):
+            cupti.HARDWARE.feed(60)  # each poll hands an image over: the first one after the kill fails
+            session.poll()
+    assert str(raised.value) == (
+        "evaluating the samples failed in the worker process: it ended unexpectedly (killed, or out of "
+        "memory?)."
+    )
+    assert _no_worker_left()
+
+
+DRIVER = Path(__file__).parent / "profile_capture_driver.py"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _start_capture(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """``smlens profile --seconds 60`` over the double, in its own process group; (process, worker pid)."""
+    import select
+
+    from conftest import REPO
+
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(DRIVER),
+            "--seconds",
+            "60",
+            "--interval-us",
+            "100",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+    )
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], 60)
+    assert ready, "the evaluator did not start within 60 s"
+    word, pid = process.stdout.readline().split()
+    assert word == "worker" and _alive(int(pid))
+    time.sleep(0.5)  # capturing
+    return process, int(pid)
+
+
+def _gone(pid: int, within_s: float = 20) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def test_ctrl_c_ends_the_capture_early_and_keeps_it(tmp_path: Path) -> None:
+    process, worker = _start_capture(tmp_path)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal sends: to the worker too
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "reporting what was captured." in stderr
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert _gone(worker)
+
+
+def test_sigterm_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
+    process, worker = _start_capture(tmp_path)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert (
+        stderr.rsplit("\n", 2)[-2]
+        == "smlens: stopped by SIGTERM before the capture finished: nothing was written."
+    )
+    assert "Traceback" not in stderr
+    assert _gone(worker)
+
+
+def test_the_worker_dies_with_a_killed_capture(tmp_path: Path) -> None:
+    process, worker = _start_capture(tmp_path)
+    process.kill()  # SIGKILL to the capture only: nothing in it can clean up
+    process.wait(timeout=60)
+    assert _gone(worker)

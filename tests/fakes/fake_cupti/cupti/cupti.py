@@ -9,6 +9,12 @@ with CUPTI 13.4 (docs/profile.md):
 * the capture's first sample has start 0 (it began before sampling started);
 * more records than the hardware buffer holds: every decode raises ``ERROR_OUT_OF_MEMORY``.
 
+As in cupti-python 13.4.0 (checked by importing the real module under Python 3.12 on 2026-11-30): ``Result``
+has NVIDIA's values; ``cuptiError(status)`` keeps ``status`` as an int, reads "ERROR_NAME (value)" and
+survives pickling (the real one defines ``__reduce__``); a params object refuses a field it does not have
+(AttributeError); ``decode_stop_reason`` is an int; the struct sizes are the real ones. A test makes a call
+fail with ``HARDWARE.fail[call name] = Result.X``.
+
 Image layout (the double's own; the real one is opaque): int64 [total slots, populated], then per slot
 int64 (start, end, sequence number). ``profiler_host`` evaluates a counter from the sequence number.
 """
@@ -30,15 +36,20 @@ SLOT = 3
 class Result(enum.IntEnum):
     SUCCESS = 0
     ERROR_INVALID_PARAMETER = 1
-    ERROR_OUT_OF_MEMORY = 13
+    ERROR_INVALID_OPERATION = 7
+    ERROR_OUT_OF_MEMORY = 8
+    ERROR_NOT_INITIALIZED = 15
+    ERROR_HARDWARE_BUSY = 26
+    ERROR_NOT_SUPPORTED = 27
     ERROR_INSUFFICIENT_PRIVILEGES = 35
-    ERROR_HARDWARE_BUSY = 39
+    ERROR_UNKNOWN = 999
 
 
 class PmSamplingDecodeStopReason(enum.IntEnum):
     OTHER = 0
     COUNTER_DATA_FULL = 1
     END_OF_RECORDS = 2
+    COUNT = 3
 
 
 class PmSamplingTriggerMode(enum.IntEnum):
@@ -54,11 +65,14 @@ class PmSamplingHardwareBufferAppendMode(enum.IntEnum):
 
 class cuptiError(Exception):  # NVIDIA's name
     def __init__(self, status: int) -> None:
-        super().__init__(f"CUPTI error {Result(status).name}")
-        self.status = Result(status)
+        super().__init__(f"{Result(status).name} ({int(status)})")
+        self.status = int(status)
+
+    def __reduce__(self) -> tuple[type[cuptiError], tuple[int]]:
+        return cuptiError, (self.status,)
 
 
-PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE = 56
+PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE = 45
 PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE = 56
 PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE = 64
 PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE = 56
@@ -68,10 +82,17 @@ _params: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  
 
 
 class _Params:
+    FIELDS: tuple[str, ...] = ()
+
     def __init__(self) -> None:
-        self.struct_size = 0
-        self.p_priv = 0
+        for name in ("struct_size", "p_priv", *self.FIELDS):
+            object.__setattr__(self, name, 0)
         _params[id(self)] = self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name not in ("struct_size", "p_priv", *self.FIELDS):
+            raise AttributeError(f"'cupti.cupti.{type(self).__name__}' object has no attribute '{name}'")
+        object.__setattr__(self, name, value)
 
     @property
     def ptr(self) -> int:
@@ -79,42 +100,26 @@ class _Params:
 
 
 class PmSamplingDecodeDataParams(_Params):
-    p_pm_sampling_object = 0
-    p_counter_data_image = 0
-    counter_data_image_size = 0
-    decode_stop_reason = 0
-    overflow = 0
+    FIELDS = ("p_pm_sampling_object", "p_counter_data_image", "counter_data_image_size", "decode_stop_reason",
+              "overflow")  # fmt: skip
 
 
 class PmSamplingGetCounterDataInfoParams(_Params):
-    p_counter_data_image = 0
-    counter_data_image_size = 0
-    num_total_samples = 0
-    num_populated_samples = 0
-    num_completed_samples = 0
+    FIELDS = ("p_counter_data_image", "counter_data_image_size", "num_total_samples", "num_populated_samples",
+              "num_completed_samples")  # fmt: skip
 
 
 class PmSamplingCounterDataGetSampleInfoParams(_Params):
-    p_pm_sampling_object = 0
-    p_counter_data_image = 0
-    counter_data_image_size = 0
-    sample_index = 0
-    start_timestamp = 0
-    end_timestamp = 0
+    FIELDS = ("p_pm_sampling_object", "p_counter_data_image", "counter_data_image_size", "sample_index",
+              "start_timestamp", "end_timestamp")  # fmt: skip
 
 
 class PmSamplingGetCounterDataSizeParams(_Params):
-    p_pm_sampling_object = 0
-    p_metric_names = 0
-    num_metrics = 0
-    max_samples = 0
-    counter_data_size = 0
+    FIELDS = ("p_pm_sampling_object", "p_metric_names", "num_metrics", "max_samples", "counter_data_size")
 
 
 class PmSamplingCounterDataImageInitializeParams(_Params):
-    p_pm_sampling_object = 0
-    counter_data_size = 0
-    p_counter_data = 0
+    FIELDS = ("p_pm_sampling_object", "counter_data_size", "p_counter_data")
 
 
 class Hardware:
@@ -128,6 +133,12 @@ class Hardware:
         self.clock = 1_000_000_000
         self.after_full = False
         self.overflowed = False
+        self.fail: dict[str, Result] = {}  # call name -> the status it raises
+
+    def call(self, name: str) -> None:
+        status = self.fail.get(name)
+        if status is not None:
+            raise cuptiError(status)
 
     def feed(self, count: int) -> None:
         for _ in range(count):
@@ -150,6 +161,7 @@ def _params_at(ptr: int) -> Any:
 
 
 def pm_sampling_get_counter_data_size(p_params: int) -> None:
+    HARDWARE.call("pm_sampling_get_counter_data_size")
     params = _params_at(p_params)
     params.counter_data_size = 8 * (HEADER + SLOT * params.max_samples)
 
@@ -162,6 +174,7 @@ def pm_sampling_counter_data_image_initialize(p_params: int) -> None:
 
 
 def pm_sampling_decode_data(p_params: int) -> None:
+    HARDWARE.call("pm_sampling_decode_data")
     params = _params_at(p_params)
     if HARDWARE.overflowed:
         raise cuptiError(Result.ERROR_OUT_OF_MEMORY)
@@ -177,7 +190,7 @@ def pm_sampling_decode_data(p_params: int) -> None:
     image[1] = populated + take
     full = populated + take == total and bool(HARDWARE.waiting)
     HARDWARE.after_full = full
-    params.decode_stop_reason = (
+    params.decode_stop_reason = int(
         PmSamplingDecodeStopReason.COUNTER_DATA_FULL if full else PmSamplingDecodeStopReason.END_OF_RECORDS
     )
     params.overflow = 0

@@ -30,7 +30,9 @@ class ProfilerType(enum.IntEnum):
 
 
 class ProfilerHost:
-    def __init__(self, chip_name: str, profiler_type: ProfilerType) -> None:
+    def __init__(
+        self, chip_name: str, profiler_type: ProfilerType, single_pass_metric_set_name: str | None = None
+    ) -> None:
         self.chip_name = chip_name
         self.ready = False
 
