@@ -6,8 +6,8 @@ What CUPTI 13.4 returned on an H200 (docs/profile.md, "Samples without timestamp
 * the one or two samples decoded after ``cuptiPmSamplingStop`` have start == end, stamped when sampling
   started: they cover no time;
 * after a decode that filled its counter-data image (stop reason ``COUNTER_DATA_FULL``), a run of samples
-  comes back with start and end 0. The capture never lets an image fill (cupti_session.py), so these are a
-  fallback, counted in the capture's notes.
+  comes back with start and end 0. The capture hands images over half full (cupti_session.py), so an image
+  fills only when the decode loop falls behind by more than ``HEADROOM_S``; these are counted in the notes.
 """
 
 from __future__ import annotations
