@@ -131,7 +131,9 @@ class Session:
         self._image: SharedImage | None = None
         self._slots = slots or image_slots(interval_ns)
         self._harvested = 0  # samples of the current image whose timestamps were read
-        self._stamps: list[tuple[int, int]] = []
+        self._image_stamps = np.zeros((self._slots, 2), dtype=np.int64)  # theirs: start, end
+        self._stamps: list[np.ndarray] = []  # those of each image handed over (16 bytes a sample)
+        self._handed = 0  # samples in the images handed over
         self.stats = DecodeStats()
         self._buffer = hardware_buffer_bytes
         self._keep_latest = keep_latest
@@ -268,7 +270,7 @@ class Session:
 
     @property
     def samples(self) -> int:
-        return len(self._stamps)
+        return self._handed + self._harvested
 
     def _take(self) -> SharedImage:
         assert self._pipeline is not None
@@ -277,6 +279,8 @@ class Session:
     def _hand_over(self) -> None:
         assert self._pipeline is not None and self._image is not None
         self._pipeline.hand_over(self._image, self._harvested)
+        self._stamps.append(self._image_stamps[: self._harvested].copy())
+        self._handed += self._harvested
         self.stats.images += 1
 
     def poll(self) -> None:
@@ -334,10 +338,13 @@ class Session:
         sample.p_counter_data_image = image.ctypes.data
         sample.counter_data_image_size = len(image)
         completed = int(info.num_completed_samples)
+        if completed > len(self._image_stamps):  # CUPTI gave the image more slots than asked
+            self._image_stamps = np.resize(self._image_stamps, (completed, 2))
+        starts, ends = self._image_stamps[:, 0], self._image_stamps[:, 1]  # views: cheaper than rows
         for index in range(self._harvested, completed):
             sample.sample_index = index
             cu.pm_sampling_counter_data_get_sample_info(sample.ptr)
-            self._stamps.append((int(sample.start_timestamp), int(sample.end_timestamp)))
+            starts[index], ends[index] = sample.start_timestamp, sample.end_timestamp
         self._harvested = completed
         self.stats.timestamps_s += time.perf_counter() - t
         return int(info.num_populated_samples)
@@ -349,7 +356,7 @@ class Session:
         values = np.concatenate([e.values for e in evaluated]) if evaluated else np.empty((0, len(COUNTERS)))
         first = next((e.peaks for e in evaluated if e.peaks is not None), None)
         peaks = {} if first is None else {c: float(v) for c, v in zip(PEAK_OF, first, strict=True)}
-        stamps = np.asarray(self._stamps, dtype=np.int64).reshape(-1, 2)
+        stamps = np.concatenate(self._stamps) if self._stamps else np.empty((0, 2), dtype=np.int64)
         settled = settle(stamps, self.interval_ns)
         stamps, values = stamps[settled.keep], values[settled.keep]
         stats = self.stats
