@@ -397,41 +397,50 @@ def capture(
 ) -> Recording:
     """Sample ``gpu`` for ``seconds``; ``progress(elapsed, samples)`` is called about 5 times a second.
 
-    Ctrl-C ends the capture early and keeps what was captured (notes: ``interrupted_after_s``); a second
-    Ctrl-C abandons it. SIGTERM abandons it with one sentence. Either way the session is released."""
-    with _sigterm_as_error(), Session(gpu, interval_ns) as session:
+    Ctrl-C while sampling ends the capture early and keeps what was captured (notes:
+    ``interrupted_after_s``); a second Ctrl-C abandons it. SIGTERM abandons it with one sentence. Either way
+    the session is released."""
+    main = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
+    with _on_signal(signal.SIGTERM, _terminated, main), Session(gpu, interval_ns) as session:
         session.start()
         began = shown = time.monotonic()
-        interrupted = None
-        try:
-            while (elapsed := time.monotonic() - began) < seconds:
+        interrupted = threading.Event()
+        # the first Ctrl-C only ends the loop, between two polls: a poll cut in the middle would leave an
+        # image both handed over and decoded into
+        with _on_signal(signal.SIGINT, lambda *_: _once(interrupted), main):
+            while (elapsed := time.monotonic() - began) < seconds and not interrupted.is_set():
                 time.sleep(min(POLL_S, seconds - elapsed))
                 session.poll()
                 if progress is not None and time.monotonic() - shown >= 0.2:
                     shown = time.monotonic()
                     progress(min(seconds, shown - began), session.samples)
-        except KeyboardInterrupt:
-            interrupted = round(time.monotonic() - began, 2)
+        stopped_after = time.monotonic() - began
         session.stop()
         recording = session.recording()
-        if interrupted is not None:
-            recording.notes["interrupted_after_s"] = interrupted
+        if interrupted.is_set():
+            recording.notes["interrupted_after_s"] = round(stopped_after, 2)
         return recording
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise ProfileError("stopped by SIGTERM before the capture finished: nothing was written.")
+
+
+def _once(interrupted: threading.Event) -> None:
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+    interrupted.set()
+
+
 @contextlib.contextmanager
-def _sigterm_as_error() -> Iterator[None]:
-    """While capturing, SIGTERM raises ProfileError, so that the session is released before exit (the
-    default action would leave the counters' session to the driver and the worker to its death signal)."""
-    if threading.current_thread() is not threading.main_thread():
+def _on_signal(signum: int, handler: Callable[[int, Any], None], main_thread: bool) -> Iterator[None]:
+    """``handler`` for ``signum`` while in the block (outside the main thread, nothing changes). SIGTERM's
+    default action would skip releasing the session and the worker."""
+    if not main_thread:
         yield
         return
-
-    def stop(signum: int, frame: object) -> None:
-        raise ProfileError("stopped by SIGTERM before the capture finished: nothing was written.")
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
