@@ -146,7 +146,7 @@ def test_recorded_names_follow_level_metric_operations() -> None:
     for name in names:
         level, metric, operations = name.split(":")
         assert level in levels and metric.startswith("gpu"), name
-        assert re.fullmatch(r"(ratio_)?rate10m|count(10m)?|sum", operations), name
+        assert re.fullmatch(r"(topk_)?(ratio_)?rate10m|count(10m)?|sum", operations), name
     for level in (rules.GPU, *rules.AGGREGATES):
         for mean in rules.MEANS:
             assert rules.mean_name(level, mean, t.window) in names

@@ -28,14 +28,18 @@ from smlens.bundle.rules import (
     SM_ACTIVE,
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
+    TOP_GPUS,
+    TOP_POINTS,
     UTILIZATION,
     Level,
     Mean,
     count_name,
     efficiency_name,
     hollow_name,
+    level_labels,
     mean_name,
     pod_memory_name,
+    ranked_name,
     sum_name,
     unprofiled_name,
 )
@@ -77,8 +81,6 @@ TIMELINE_OPTIONS = {
 }
 
 GAP = "Utilization - SM active"
-TOP_GPUS = 20  # GPU and pod lists: the worst this many
-TOP_POINTS = 200  # scatter: GPUs with the largest gap
 MIG_INSTANCES_MAX = 7  # GPU instances of one GPU at most (seven 1g slices on A100, H100, H200)
 RULES_FIX = (
     "load rules/smlens-recording.rules.yaml and rules/smlens-alerts.rules.yaml into Prometheus; with"
@@ -317,11 +319,15 @@ def fleet(t: Thresholds) -> JSON:
         f" while SM active stays at or below {_pct(t.hollow_sm_active)}"
     )
     gpu_sel = e.selector()
-    top_hollow = (
-        f"topk({TOP_GPUS}, {e.gap(gpu_sel)}\nand\n{hollow_name(GPU, t.window)}{gpu_sel} > 0)\n"
-        f"{e.current_owner(gpu_sel)}"
-    )
-    top_gap = f"topk({TOP_POINTS}, {e.gap(gpu_sel)})\n{e.current_owner(gpu_sel)}"
+    gpu_labels = ", ".join(level_labels(GPU, t.cluster_label))
+
+    def ranked(ranking: str, top: int) -> str:
+        """The selected clusters' top GPUs of one ranking the rules record (ranked_name)."""
+        selector = e.selector(f'ranking="{ranking}"')
+        return f"topk({top}, max without (ranking) ({ranked_name(t.window)}{selector}))"
+
+    top_hollow = ranked("hollow", TOP_GPUS)
+    in_top_gap = f"and on ({gpu_labels})\n{ranked('gap', TOP_POINTS)}"
     by_cluster = f"{{{{{t.cluster_label}}}}}"
     return dashboard(
         "smlens-fleet",
@@ -443,6 +449,7 @@ def fleet(t: Thresholds) -> JSON:
                             ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, gpu_sel)),
                             ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, gpu_sel)),
                         ],
+                        on=gpu_labels,
                     ),
                     Panel(
                         "bargauge",
@@ -483,8 +490,8 @@ def fleet(t: Thresholds) -> JSON:
                         f"One point per GPU ({t.window} means) for the {TOP_POINTS} GPUs whose utilization"
                         " exceeds their SM activity the most. Healthy GPUs sit on the diagonal; points at"
                         " the bottom right are busy but hollow.",
-                        Query(f"{e.mean(GPU, UTILIZATION, gpu_sel)}\nand\n{top_gap}", instant=True),
-                        Query(f"{e.mean(GPU, SM_ACTIVE, gpu_sel)}\nand\n{top_gap}", instant=True),
+                        Query(f"{e.mean(GPU, UTILIZATION, gpu_sel)}\n{in_top_gap}", instant=True),
+                        Query(f"{e.mean(GPU, SM_ACTIVE, gpu_sel)}\n{in_top_gap}", instant=True),
                     ),
                 ],
             ),

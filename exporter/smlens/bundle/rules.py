@@ -248,6 +248,36 @@ def _pod_memory(t: Thresholds) -> dict[str, str]:
     return _record(pod_memory_name(), f"sum {labels}({per_gpu})")
 
 
+# GPU lists of the fleet overview: per cluster, the GPUs with the largest gap between utilization and
+# SM active (the scatter's points) and the hollow ones among them (the table's rows).
+TOP_GPUS = 20
+TOP_POINTS = 200
+RANKINGS = {"gap": TOP_POINTS, "hollow": TOP_GPUS}
+
+
+def ranked_name(window: str) -> str:
+    """Per cluster, the GPUs ranked by utilization minus SM active (label ``ranking``: ``gap`` for the
+    largest gaps, ``hollow`` for the largest gaps among hollow GPUs), valued by that gap."""
+    return f"{GPU.name}:gpu_utilization_sm_active_gap:topk_ratio_rate{window}"
+
+
+def _ranked(t: Thresholds) -> dict[str, str]:
+    """Ranked once per evaluation, so that a dashboard load reads a few hundred series per cluster
+    instead of ranking every GPU again for each column of its tables. The union over the selected
+    clusters holds the selection's own top N, so topk over it is exact. Only the GPUs' current owners:
+    after pod churn the previous owner's window means linger for a window."""
+    w = t.window
+    c = t.cluster_label
+    gap = f"({mean_name(GPU, UTILIZATION, w)} - {mean_name(GPU, SM_ACTIVE, w)})"
+    hollow = f"{gap} and {hollow_name(GPU, w)} > 0"
+    ranked = [
+        f'label_replace(topk by ({c}) ({RANKINGS["gap"]}, {gap}), "ranking", "gap", "", "")',
+        f'label_replace(topk by ({c}) ({RANKINGS["hollow"]}, {hollow}), "ranking", "hollow", "", "")',
+    ]
+    current = f"and on ({', '.join(level_labels(GPU, c))}) gpu_up"
+    return _record(ranked_name(w), "(\n  " + "\nor\n  ".join(ranked) + "\n)\n" + current)
+
+
 def _instance_layer(t: Thresholds) -> list[dict[str, str]]:
     """Per MIG GPU instance: rates of its integrals and coverage, and their window means."""
     w = t.window
@@ -275,6 +305,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, str]]:
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
     rules.append(_pod_memory(t))
+    rules.append(_ranked(t))
     rules += _instance_layer(t)
     return rules
 
@@ -309,15 +340,18 @@ def _alert(
     }
 
 
-def _with_workload(expr: str, cluster: str) -> str:
-    """A per-GPU expression labelled with the GPU's current workload where the GPU has exactly one.
+def _with_workload(expr: str, owned: str, cluster: str) -> str:
+    """A per-GPU expression labelled with the workload of its GPU where the GPU has exactly one.
 
-    A GPU with several owners (shared by pods) keeps its series without workload labels: a join on
-    all owners would be many-to-many and fail the whole rule, for every GPU.
+    The owners come from ``owned``, series of the same GPUs: smlens puts the owner's labels on every
+    series of a GPU one container holds. XID counters exist only on GPUs that had an XID, so reading
+    them costs little, where a join on every GPU's gpu_up cost a pass over the fleet each evaluation.
+    A GPU with several owners at once (pod churn between two scrapes) keeps its series without
+    workload labels: a join on all owners would be many-to-many and fail the whole rule, for every GPU.
     """
     workload = ", ".join(n.OWNER_LABELS)
     gpu = f"{cluster}, hostname, uuid"
-    owners = f"group by ({gpu}, {workload}) (gpu_up)"
+    owners = f"group by ({gpu}, {workload}) ({owned})"
     one_owner = f"count by ({gpu}) ({owners}) == 1"
     return (
         f"(\n{expr}\n) * on ({gpu}) group_left ({workload}) (\n"
@@ -347,7 +381,7 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
         f"  and on ({cluster}, hostname, uuid) (gpu_up offset {window})\n"
         f")"
     )
-    return _with_workload(grown, cluster)
+    return _with_workload(grown, selector, cluster)
 
 
 def _mig_instance_hollow(t: Thresholds) -> dict[str, object]:
@@ -386,6 +420,7 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
     hardware = "|".join(HARDWARE_XIDS)
     xid_hardware = f'gpu_xid_errors_total{{xid=~"{hardware}"}}'
     xid_other = f'gpu_xid_errors_total{{xid!~"{hardware}"}}'
+    ecc = 'gpu_ecc_errors_total{type="uncorrected"} > 0'
     slowdown = f"gpu_clock_event_active{{reason=~{quoted('|'.join(SLOWDOWN_REASONS))}}}"
     # Raw series lose instance and job: two scrape jobs on one exporter give one alert, not two.
     # Conditions filter before aggregating, so the aggregations see the few matching series only.
@@ -515,9 +550,9 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             "GPUUncorrectableECCErrors",
             # Volatile counts come from the driver, not the exporter: keyed on the GPU they survive
             # exporter restarts as one alert, and end when a driver reload or GPU reset clears them.
-            _with_workload(
-                f'max by ({c}, hostname, gpu, uuid) (gpu_ecc_errors_total{{type="uncorrected"}} > 0)', c
-            ),
+            # The counter carries the GPU's owner (smlens labels every series of a GPU one container
+            # holds), so no join on gpu_up: one read of the counters, a few ms where no GPU has errors.
+            f"max {per_gpu} ({ecc})",
             t.hardware_error_for,
             "critical",
             "GPU memory had uncorrectable ECC errors",
