@@ -18,9 +18,13 @@ For each fleet size N:
 4. Every query of every shipped dashboard (dashboards/) runs in its default view: the time range
    now-6h, the step Grafana would pick for the panel's width on a 1,800 px wide dashboard, All for
    multi-value variables and the first value for the others; the variable queries too. Queries run
-   one after another; the wall time of each (HTTP included) is summed per dashboard.
+   one after another; the wall time of each (HTTP included) is summed per dashboard. Each dashboard
+   runs twice: while the rules are evaluated (as on a server, but here on the same two cores), then
+   with the rules reloaded away (Prometheus keeps their last values fresh for two intervals), which
+   is the dashboards' own cost.
 
-Prints one JSON document: per N the series counts, group durations and dashboard times; then the
+Prints one JSON document: per N the series counts, group durations, the slowest rules, the active
+alerts per alert name and dashboard times; then the
 ratios between the largest and smallest N, a linear projection to 10,000 nodes and the targets.
 Timings are noisy on a shared machine: compare the figures of one run.
 """
@@ -143,8 +147,12 @@ def owner(node: int, gpu: int) -> dict[str, str]:
     return {}
 
 
-def write_fleet(path: Path, nodes: int, clusters: int, scrape: float, minutes: float, end: float) -> int:
-    """The fleet's history as OpenMetrics text; returns the number of series."""
+def write_fleet(
+    path: Path, nodes: int, clusters: int, scrape: float, minutes: float, end: float, healthy: float = 0.0
+) -> int:
+    """The fleet's history as OpenMetrics text; returns the number of series. A ``healthy`` share of
+    the nodes runs the sim's healthy profile (GPU 0's) on all 8 GPUs; the others rotate the sim's
+    eight profiles (hollow, single-SM, low-occupancy and idle GPUs among them, which alert)."""
     series = template(scrape)
     ticks = [end - i * scrape for i in range(int(minutes * 60 / scrape))][::-1]
     start = ticks[0]
@@ -166,7 +174,8 @@ def write_fleet(path: Path, nodes: int, clusters: int, scrape: float, minutes: f
                     if "gpu" in s.labels:
                         # Rotate the sim profiles so that nodes differ; keep the GPU's index.
                         index = int(s.labels["gpu"])
-                        twin = twins.get((name, (index + node) % GPUS, _rest(s.labels)), s)
+                        profile = 0 if node % 100 < healthy * 100 else (index + node) % GPUS
+                        twin = twins.get((name, profile, _rest(s.labels)), s)
                         value, rate = twin.value, twin.rate
                         labels.update(uuid=f"GPU-{node:05d}-{index}", **owner(node, index))
                     text = f"{name}{_labels(labels)}"
@@ -411,7 +420,7 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
     ahead = args.ahead * 60 if args.ahead is not None else 20 + 0.15 * nodes
     end = time.time() + ahead
     om = workdir / "fleet.om"
-    raw_series = write_fleet(om, nodes, args.clusters, args.scrape, args.minutes, end)
+    raw_series = write_fleet(om, nodes, args.clusters, args.scrape, args.minutes, end, args.healthy_share)
     generated = time.monotonic()
     data = workdir / "data"
     subprocess.run(
@@ -426,7 +435,7 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
     data_age = time.time() - end
     with prometheus(workdir, data, args.interval, bundle) as (base, pid):
         groups, rules_cpu, slowest_rules = group_durations(base, pid, args.evaluations, args.interval)
-        alerts = instant(base, "count(ALERTS)")
+        alerts = instant(base, "count by (alertname) (ALERTS)")
         group_samples = rule_samples(base)
         recorded = instant(base, 'count({__name__=~".+:.+:.+"})')
         paths = sorted((bundle / "dashboards").glob("*.json"))
@@ -446,7 +455,8 @@ def measure(nodes: int, args: argparse.Namespace, workdir: Path, bundle: Path) -
         "rules_total_s": round(sum(groups.values()), 4),
         "rules_cpu_s_per_cycle": round(rules_cpu, 4),
         "slowest_rules_s": {k: round(v, 4) for k, v in slowest_rules.items()},
-        "active_alerts": int(float(alerts[0]["value"][1])) if alerts else 0,
+        # Pending and firing: Prometheus expands each one's labels and annotations every evaluation.
+        "active_alerts": {a["metric"]["alertname"]: int(float(a["value"][1])) for a in alerts},
         "rule_groups_samples": group_samples,
         "rules_total_samples": sum(group_samples.values()),
         "dashboards": dashboards,
@@ -474,6 +484,13 @@ def main() -> int:
     )
     parser.add_argument("--interval", type=float, default=15.0, help="rule evaluation interval (s)")
     parser.add_argument("--evaluations", type=int, default=3)
+    parser.add_argument(
+        "--healthy-share",
+        type=float,
+        default=0.0,
+        help="share of nodes whose GPUs all run the healthy profile, for a fleet with fewer active alerts"
+        " (default 0: every node rotates the sim's eight profiles, so thousands of alerts are active)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the TSDBs under this directory")
     parser.add_argument(
         "--bundle",
@@ -483,6 +500,8 @@ def main() -> int:
         help="checkouts whose rules/ and dashboards/ to measure, each on its own copy of the fleet",
     )
     args = parser.parse_args()
+    if not 0.0 <= args.healthy_share <= 1.0:
+        parser.error("--healthy-share must be between 0 and 1.")
     if shutil.which("prometheus") is None or shutil.which("promtool") is None:
         print("fleet_scale: prometheus and promtool must be on PATH.", file=sys.stderr)
         return 1

@@ -38,6 +38,7 @@ from smlens.bundle.rules import (
     hollow_name,
     level_labels,
     mean_name,
+    pod_gpus_name,
     pod_memory_name,
     ranked_name,
     sum_name,
@@ -836,7 +837,7 @@ def workload(t: Thresholds) -> JSON:
     sel = e.selector('namespace=~"$namespace"', 'pod=~"$pod"')
     pod = NAMESPACE_POD
     pods = f"{c}, namespace, pod"
-    held = f"topk({TOP_GPUS * 2}, count by ({pods}) (gpu_allocation_info{sel}))"
+    held = f"topk({TOP_GPUS * 2}, {pod_gpus_name()}{sel})"
     attributed = e.selector('namespace=~"$namespace"', 'pod=~"$pod"', 'pod!=""')
     namespaces = Variable(
         "namespace", "Namespace", f"label_values(gpu_allocation_info{e.selector()}, namespace)", multi=True

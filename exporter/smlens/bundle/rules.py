@@ -248,6 +248,19 @@ def _pod_memory(t: Thresholds) -> dict[str, str]:
     return _record(pod_memory_name(), f"sum {labels}({per_gpu})")
 
 
+def pod_gpus_name() -> str:
+    """GPUs each pod holds, alone or shared, from the kubelet (gpu_allocation_info)."""
+    return f"{NAMESPACE_POD.name}:gpus_allocated:count"
+
+
+def _pod_gpus(t: Thresholds) -> dict[str, str]:
+    """Each GPU once per pod, however many of its containers or MIG devices hold it and however often
+    it is scraped; recorded so that the workload dashboard ranks pods without reading every holder."""
+    c = t.cluster_label
+    held = f"group by ({c}, hostname, uuid, namespace, pod) (gpu_allocation_info)"
+    return _record(pod_gpus_name(), f"count {by(level_labels(NAMESPACE_POD, c))}({held})")
+
+
 # GPU lists of the fleet overview: per cluster, the GPUs with the largest gap between utilization and
 # SM active (the scatter's points) and the hollow ones among them (the table's rows).
 TOP_GPUS = 20
@@ -305,6 +318,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, str]]:
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
     rules.append(_pod_memory(t))
+    rules.append(_pod_gpus(t))
     rules.append(_ranked(t))
     rules += _instance_layer(t)
     return rules
