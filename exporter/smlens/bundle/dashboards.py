@@ -124,6 +124,7 @@ class Exprs:
         self.t = t
         self.w = t.window
         self.c = t.cluster_label
+        self.gpu_labels = ", ".join(level_labels(GPU, t.cluster_label))
 
     def selector(self, *matchers: str) -> str:
         """A selector on the dashboard's cluster variable and ``matchers``."""
@@ -149,6 +150,11 @@ class Exprs:
         """1 where the layer is recorded, 0 where smlens reports GPUs but the layer is missing (the
         recording rules are not loaded), nothing where no smlens data is selected."""
         return f"group({count_name(level, None, self.w)}{selector})\nor\n(group(gpu_up{selector}) - 1)"
+
+    def ranked(self, ranking: str, top: int, *matchers: str) -> str:
+        """The selection's top GPUs of one of the lists the rules rank (ranked_name)."""
+        selector = self.selector(*matchers, f'ranking="{ranking}"')
+        return f"topk({top}, max without (ranking) ({ranked_name(self.w)}{selector}))"
 
     def current_owner(self, selector: str) -> str:
         """Keeps the per-GPU series of a GPU's current owner: after pod churn the window-mean series
@@ -320,15 +326,8 @@ def fleet(t: Thresholds) -> JSON:
         f" while SM active stays at or below {_pct(t.hollow_sm_active)}"
     )
     gpu_sel = e.selector()
-    gpu_labels = ", ".join(level_labels(GPU, t.cluster_label))
-
-    def ranked(ranking: str, top: int) -> str:
-        """The selected clusters' top GPUs of one ranking the rules record (ranked_name)."""
-        selector = e.selector(f'ranking="{ranking}"')
-        return f"topk({top}, max without (ranking) ({ranked_name(t.window)}{selector}))"
-
-    top_hollow = ranked("hollow", TOP_GPUS)
-    in_top_gap = f"and on ({gpu_labels})\n{ranked('gap', TOP_POINTS)}"
+    top_hollow = e.ranked("hollow", TOP_GPUS)
+    in_top_gap = f"and on ({e.gpu_labels})\n{e.ranked('gap', TOP_POINTS)}"
     by_cluster = f"{{{{{t.cluster_label}}}}}"
     return dashboard(
         "smlens-fleet",
@@ -450,7 +449,7 @@ def fleet(t: Thresholds) -> JSON:
                             ("SM occupancy", e.mean(GPU, SM_OCCUPANCY, gpu_sel)),
                             ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, gpu_sel)),
                         ],
-                        on=gpu_labels,
+                        on=e.gpu_labels,
                     ),
                     Panel(
                         "bargauge",
@@ -844,7 +843,7 @@ def workload(t: Thresholds) -> JSON:
     )
     in_namespaces = e.selector('namespace=~"$namespace"')
     pod_names = Variable("pod", "Pod", f"label_values(gpu_allocation_info{in_namespaces}, pod)", multi=True)
-    gpu_key = f"topk({TOP_GPUS}, {e.gap(attributed)})\n{e.current_owner(attributed)}"
+    gpu_key = e.ranked("pod", TOP_GPUS, 'namespace=~"$namespace"', 'pod=~"$pod"')
     return dashboard(
         "smlens-workload",
         "smlens / Workload",
@@ -945,6 +944,7 @@ def workload(t: Thresholds) -> JSON:
                             ("Tensor active", e.mean(GPU, TENSOR_ACTIVE, attributed)),
                             ("DRAM active", e.mean(GPU, DRAM_ACTIVE, attributed)),
                         ],
+                        on=e.gpu_labels,
                         width=12,
                     ),
                 ],

@@ -261,31 +261,39 @@ def _pod_gpus(t: Thresholds) -> dict[str, str]:
     return _record(pod_gpus_name(), f"count {by(level_labels(NAMESPACE_POD, c))}({held})")
 
 
-# GPU lists of the fleet overview: per cluster, the GPUs with the largest gap between utilization and
-# SM active (the scatter's points) and the hollow ones among them (the table's rows).
+# GPU lists of the dashboards: per cluster, the GPUs with the largest gap between utilization and SM
+# active (the fleet scatter's points) and the hollow ones among them (the fleet table's rows); per
+# pod, its GPUs with the largest gap (the workload dashboard's table).
 TOP_GPUS = 20
 TOP_POINTS = 200
-RANKINGS = {"gap": TOP_POINTS, "hollow": TOP_GPUS}
 
 
 def ranked_name(window: str) -> str:
-    """Per cluster, the GPUs ranked by utilization minus SM active (label ``ranking``: ``gap`` for the
-    largest gaps, ``hollow`` for the largest gaps among hollow GPUs), valued by that gap."""
+    """GPUs ranked by utilization minus SM active, valued by that gap; the label ``ranking`` says
+    which list: ``gap`` and ``hollow`` per cluster, ``pod`` per pod (see _ranked)."""
     return f"{GPU.name}:gpu_utilization_sm_active_gap:topk_ratio_rate{window}"
 
 
 def _ranked(t: Thresholds) -> dict[str, str]:
-    """Ranked once per evaluation, so that a dashboard load reads a few hundred series per cluster
-    instead of ranking every GPU again for each column of its tables. The union over the selected
-    clusters holds the selection's own top N, so topk over it is exact. Only the GPUs' current owners:
-    after pod churn the previous owner's window means linger for a window."""
+    """Ranked once per evaluation, so that a dashboard load reads these lists instead of ranking every
+    GPU again for each column of its tables. Any selection of clusters (or of pods) is a union of
+    them, so the top N of the selection is within the union of their lists: topk over it is exact.
+    Only the GPUs' current owners: after pod churn the previous owner's window means linger for a
+    window."""
     w = t.window
     c = t.cluster_label
-    gap = f"({mean_name(GPU, UTILIZATION, w)} - {mean_name(GPU, SM_ACTIVE, w)})"
-    hollow = f"{gap} and {hollow_name(GPU, w)} > 0"
+
+    def gap(selector: str = "") -> str:
+        return f"({mean_name(GPU, UTILIZATION, w)}{selector} - {mean_name(GPU, SM_ACTIVE, w)}{selector})"
+
+    lists = {
+        "gap": (c, TOP_POINTS, gap()),
+        "hollow": (c, TOP_GPUS, f"{gap()} and {hollow_name(GPU, w)} > 0"),
+        "pod": (f"{c}, namespace, pod", TOP_GPUS, gap('{pod!=""}')),
+    }
     ranked = [
-        f'label_replace(topk by ({c}) ({RANKINGS["gap"]}, {gap}), "ranking", "gap", "", "")',
-        f'label_replace(topk by ({c}) ({RANKINGS["hollow"]}, {hollow}), "ranking", "hollow", "", "")',
+        f'label_replace(topk by ({group}) ({top}, {expr}), "ranking", "{name}", "", "")'
+        for name, (group, top, expr) in lists.items()
     ]
     current = f"and on ({', '.join(level_labels(GPU, c))}) gpu_up"
     return _record(ranked_name(w), "(\n  " + "\nor\n  ".join(ranked) + "\n)\n" + current)
