@@ -4,8 +4,9 @@ Each dashboard reads the recorded layer that matches its selection: the fleet ov
 layer (its cost does not grow with the number of nodes), the workload dashboard the namespace/pod
 layer, the node and GPU dashboards one node's per-GPU series. Time series of one node or one GPU
 compute exact means per graph step from the raw counters. Panels that list GPUs or pods show the
-worst few (topk) rather than thousands of rows. Each dashboard opens with a panel that says whether
-the recording rules are loaded, so that their absence never reads as an idle fleet.
+worst few (topk) rather than thousands of rows, GPUs from lists the rules rank once per evaluation.
+Each dashboard opens with a panel that says whether the recording rules are loaded, so that their
+absence never reads as an idle fleet.
 """
 
 from __future__ import annotations
