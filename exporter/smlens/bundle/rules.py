@@ -406,6 +406,22 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
     return _with_workload(grown, selector, cluster)
 
 
+def _node_without_exporter(cluster: str, job: str) -> str:
+    """Nodes that advertise GPUs and report none, keyed on the node (with its name as hostname too,
+    so that the route groups it per node). A node whose smlens target exists but is down is left
+    to SmlensExporterDown: one failure, one page. (The chart's scrape adds the node label to the
+    target; a scrape without it cannot be matched, and both alerts fire.)"""
+    c = cluster
+    return (
+        f'label_replace(\n  max by ({c}, node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}} > 0)\n'
+        f"  unless on ({c}, node)\n"
+        f'  label_replace(max by ({c}, hostname) (gpu_up), "node", "$1", "hostname", "(.*)")\n'
+        f"  unless on ({c}, node)\n"
+        f"  max by ({c}, node) (up{{{job}}} == 0),\n"
+        f'  "hostname", "$1", "node", "(.*)"\n)'
+    )
+
+
 def _mig_instance_hollow(t: Thresholds) -> dict[str, object]:
     """A MIG instance held by a workload (attributed to a pod, or with memory in use) whose SMs are
     mostly idle. gpu_allocation_info names no MIG device, so it cannot tell which instance is held."""
@@ -516,15 +532,14 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUNodeWithoutExporter",
-            f'max by ({c}, node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}} > 0)\n'
-            f"unless on ({c}, node)\n"
-            f'label_replace(max by ({c}, hostname) (gpu_up), "node", "$1", "hostname", "(.*)")',
+            _node_without_exporter(c, job),
             t.profiling_unavailable_for,
             "warning",
             "A Kubernetes node with GPUs has no smlens exporter reporting",
             "Node {{ $labels.node }} advertises {{ $value }} nvidia.com/gpu (kube-state-metrics) but no"
             " smlens exporter reports a GPU from it: the DaemonSet does not run there (node selector,"
-            " taints, resources) or cannot read its GPUs. Its GPUs are not monitored.",
+            " taints, resources) or runs but reads no GPU. Its GPUs are not monitored. (An exporter that runs"
+            " there but cannot be scraped raises SmlensExporterDown instead.)",
         ),
         _alert(
             t,
