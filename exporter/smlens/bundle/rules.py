@@ -96,6 +96,11 @@ INSTANCE_MEANS = tuple(
 # (a few hundred MiB), above what an instance without processes reports.
 MIG_HELD_MEMORY_BYTES = 128 * 1024 * 1024
 
+# The `exporter` label of the series that dcgm_exporter.py maps from dcgm-exporter; smlens' own have none.
+DCGM_EXPORTER = "dcgm-exporter"
+# The dcgm-exporter fields smlens' SM means need, which its default counters leave commented out.
+DCGM_PROFILING_FIELDS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY")
+
 # XIDs that point at the GPU, its memory or its links rather than at the application (NVIDIA's XID
 # catalogue): double-bit ECC, row remapping, NVLink, fell off the bus, contained/uncontained ECC, GSP.
 HARDWARE_XIDS = ("48", "63", "64", "74", "79", "94", "95", "119", "120")
@@ -406,6 +411,27 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
     return _with_workload(grown, selector, cluster)
 
 
+def _dcgm_exporter_profiling_off(t: Thresholds) -> dict[str, object]:
+    """dcgm-exporter GPUs without SM activity, one alert per cluster: which counters dcgm-exporter
+    exports is one setting of its DaemonSet, so a warning per GPU would page a fleet for a choice."""
+    c = t.cluster_label
+    fields = " and ".join(f"`{f}`" for f in DCGM_PROFILING_FIELDS)
+    return _alert(
+        t,
+        "GPUDcgmExporterProfilingOff",
+        f"count by ({c}) (\n  max by ({c}, hostname, uuid)"
+        f' (gpu_profiling_available{{exporter="{DCGM_EXPORTER}"}} == 0)\n)',
+        t.profiling_unavailable_for,
+        "info",
+        "dcgm-exporter exports no SM activity for some GPUs",
+        f"{{{{ $value }}}} GPUs that dcgm-exporter reports{{{{ with $labels.{c} }}}} in cluster {{{{ . }}}}"
+        f"{{{{ end }}}} have no SM activity, so busy and hollow GPUs look the same there. dcgm-exporter's"
+        f" default counters (etc/default-counters.csv) leave {fields} commented out: uncomment both"
+        " in the counters file it runs with (-f / DCGM_EXPORTER_COLLECTORS, or its ConfigMap) and"
+        " restart it, or run smlens on those nodes.",
+    )
+
+
 def _node_without_exporter(cluster: str, job: str) -> str:
     """Nodes that advertise GPUs and report none, keyed on the node (with its name as hostname too,
     so that the route groups it per node). A node whose smlens target exists but is down is left
@@ -504,13 +530,15 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
         _alert(
             t,
             "GPUProfilingMetricsUnavailable",
-            f"max {per_gpu} (gpu_profiling_available == 0)\nunless on ({gpu_key})\ngpu_up == 0",
+            f'max {per_gpu} (gpu_profiling_available{{exporter!="{DCGM_EXPORTER}"}} == 0)\n'
+            f"unless on ({gpu_key})\ngpu_up == 0",
             t.profiling_unavailable_for,
             "warning",
             "SM activity and occupancy are unavailable for a GPU",
             f"{_WHERE}: smlens reads no SM-level metrics (NVML GPM or DCGM profiling) for this GPU, so"
             " it cannot tell a busy GPU from a hollow one. `smlens check` names the reason.",
         ),
+        _dcgm_exporter_profiling_off(t),
         _alert(
             t,
             "GPUNotReadable",
