@@ -32,9 +32,13 @@ EXPOSITION = f"""# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
 # TYPE DCGM_FI_DEV_GPU_UTIL gauge
 DCGM_FI_DEV_GPU_UTIL{{{GPU0}}} 96
 DCGM_FI_DEV_GPU_UTIL{{{MIG}}} 50
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{{{MIG}}} 4096
 # HELP DCGM_FI_PROF_SM_ACTIVE The ratio of cycles an SM has at least 1 warp assigned.
 # TYPE DCGM_FI_PROF_SM_ACTIVE gauge
 DCGM_FI_PROF_SM_ACTIVE{{{GPU0}}} 0.120000
+DCGM_FI_PROF_SM_ACTIVE{{{MIG}}} 0.050000
 # HELP DCGM_FI_PROF_SM_OCCUPANCY The ratio of number of warps resident on an SM.
 # TYPE DCGM_FI_PROF_SM_OCCUPANCY gauge
 DCGM_FI_PROF_SM_OCCUPANCY{{{GPU0}}} 0.040000
@@ -94,7 +98,7 @@ def test_dcgm_exporter_gpus_join_the_recorded_layers(tmp_path: Path) -> None:
             timeout=60,
         )
         utilization = _values(base, "gpu:gpu_utilization:ratio_rate10m")
-        assert utilization == {("gpu-node-1", "0"): 0.96}  # the MIG slice is not mapped
+        assert utilization == {("gpu-node-1", "0"): 0.96}  # the MIG slice is not a GPU of its own
         (gpu,) = query(base, "gpu:gpu_sm_active:ratio_rate10m")
         assert gpu["metric"] == {
             "__name__": "gpu:gpu_sm_active:ratio_rate10m",
@@ -108,8 +112,25 @@ def test_dcgm_exporter_gpus_join_the_recorded_layers(tmp_path: Path) -> None:
             "container": "main",
         }
         assert abs(float(gpu["value"][1]) - 0.12) < 1e-9
-        assert not query(base, 'gpu_up{uuid!="GPU-5d4a3c1e-0000-0000-0000-000000000000"}')
+        # The sliced GPU counts once, without owner labels; its instance is in the instance layer.
+        (sliced,) = query(base, 'gpu_up{uuid="GPU-5d4a3c1e-1111-0000-0000-000000000000"}')
+        assert sliced["metric"]["hostname"] == "gpu-node-1" and "pod" not in sliced["metric"]
+        wait_for(
+            "the MIG instance's mean",
+            lambda: bool(query(base, "gpu_instance:gpu_mig_sm_active:ratio_rate10m")),
+            timeout=30,
+        )
+        (instance,) = query(base, "gpu_instance:gpu_mig_sm_active:ratio_rate10m")
+        assert {k: instance["metric"].get(k) for k in ("gpu", "gpu_instance", "mig_profile", "exporter")} == {
+            "gpu": "1",
+            "gpu_instance": "3",
+            "mig_profile": "1g.10gb",
+            "exporter": "dcgm-exporter",
+        }
+        assert abs(float(instance["value"][1]) - 0.05) < 1e-9
+        (memory,) = query(base, "gpu_mig_memory_used_bytes")
+        assert float(memory["value"][1]) == 4096 * 1024 * 1024
         (node,) = query(base, 'hostname:gpu_utilization:ratio_rate10m{cluster="east"}')
         assert abs(float(node["value"][1]) - 0.96) < 1e-9
         wait_for("the cluster counts", lambda: bool(query(base, "cluster:gpus:count")), timeout=30)
-        assert [float(r["value"][1]) for r in query(base, 'cluster:gpus:count{cluster="east"}')] == [1.0]
+        assert [float(r["value"][1]) for r in query(base, 'cluster:gpus:count{cluster="east"}')] == [2.0]

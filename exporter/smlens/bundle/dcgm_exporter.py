@@ -5,6 +5,12 @@ layers, dashboards and alerts as nodes that run smlens. What is lost: dcgm-expor
 sampled at each scrape, so the window means are means of those samples, not the integrals smlens'
 counters give; a short burst between two scrapes is missed or counted for a whole scrape interval.
 GPUs that smlens reports are left out, so running both exporters on one node counts each GPU once.
+
+MIG: dcgm-exporter labels a GPU instance's series with the parent GPU's ``gpu`` and ``UUID`` plus
+``GPU_I_ID`` (NVML's GPU instance id) and ``GPU_I_PROFILE``. Those go into smlens' own per-instance
+layer (``gpu_instance:gpu_mig_*``, ``gpu_mig_info``, ``gpu_mig_memory_used_bytes``), never into the
+per-GPU layer, which would count a sliced GPU once per slice; the parent GPU gets one ``gpu_up`` and
+``gpu_info`` without owner labels (pods hold its instances, not the GPU).
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from smlens.bundle.rules import (
     DCGM_EXPORTER,
     DRAM_ACTIVE,
     GPU,
+    INSTANCE,
+    INSTANCE_MEANS,
+    INSTANCE_MEASURED,
     SM_ACTIVE,
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
     UTILIZATION,
+    Level,
     by,
     dump,
     level_labels,
     rate_name,
+    sum_name,
 )
 from smlens.thresholds import Thresholds
 
@@ -56,6 +67,13 @@ NUMERATORS = {
 }
 
 
+# Framebuffer memory in use, in MiB (etc/default-counters.csv), and the MIG labels' sources: the GPU
+# instance id and profile (internal/pkg/rendermetrics), and the MIG device UUID that dcgm-exporter adds
+# only where pods get GPUs through DRA (internal/pkg/transformation/const.go).
+FB_USED = Field("DCGM_FI_DEV_FB_USED", 1024.0 * 1024.0)
+MIG_LABELS = {n.GPU_INSTANCE: "GPU_I_ID", n.MIG_PROFILE: "GPU_I_PROFILE", n.MIG_UUID: "dra_mig_device_uuid"}
+
+
 def whole_gpu(field: str) -> str:
     """The selector of a field's whole-GPU series. MIG slices (GPU_I_ID set) are not mapped: one
     series per slice in the per-GPU layer would count a sliced GPU once per slice and give one GPU
@@ -63,7 +81,12 @@ def whole_gpu(field: str) -> str:
     return f'{field}{{GPU_I_ID=""}}'
 
 
-def as_smlens(expr: str, t: Thresholds, only: str) -> str:
+def mig_instance(field: str) -> str:
+    """The selector of a field's series per MIG GPU instance."""
+    return f'{field}{{GPU_I_ID!=""}}'
+
+
+def as_smlens(expr: str, t: Thresholds, only: str, level: Level = GPU) -> str:
     """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and
     exported_namespace/pod/container, where present, over namespace/pod/container; one series per
     GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid).
@@ -76,7 +99,10 @@ def as_smlens(expr: str, t: Thresholds, only: str) -> str:
     )
     for label in n.OWNER_LABELS:
         renamed = f'label_replace({renamed}, "{label}", "$1", "exported_{label}", "(.+)")'
-    return f"max {by(level_labels(GPU, t.cluster_label))}(\n  {renamed}\n)\n{only}"
+    if level is INSTANCE:
+        for label, source in MIG_LABELS.items():
+            renamed = f'label_replace({renamed}, "{label}", "$1", "{source}", "(.+)")'
+    return f"max {by(level_labels(level, t.cluster_label))}(\n  {renamed}\n)\n{only}"
 
 
 def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[str, object]:
@@ -108,13 +134,51 @@ def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
     sm = whole_gpu(NUMERATORS[SM_ACTIVE.numerator].name)
     profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped_gpus)
     rules.append(_record(rate_name(SM_ACTIVE.denominator, w), profiled, source))
+    instance_rules, sliced, sliced_profiled = _instance_rules(t, smlens_gpus)
+    gpu_key = f"{c}, hostname, uuid"
     identity = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus)
+    identity = f"{identity}\nor on ({gpu_key})\n{sliced}"
+    rules += instance_rules
     rules.append(_record("gpu_up", identity, source))
     rules.append(_record("gpu_info", identity, source))
-    # 1 where the profiling field is exported for the GPU, 0 where only utilization is.
+    # 1 where the profiling field is exported for the GPU (or one of its instances), 0 where not.
     available = as_smlens(f"({sm} * 0 + 1) or ({utilization} * 0)", t, mapped_gpus)
+    available = f"{available}\nor on ({gpu_key})\n({sliced_profiled} or {sliced} * 0)"
     rules.append(_record("gpu_profiling_available", available, source))
     return rules
+
+
+def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[dict[str, object]], str, str]:
+    """The MIG GPU instances' series in smlens' instance layer; with the expressions of their parent
+    GPUs (one series per GPU, no owner labels) and of those parents whose instances are profiled.
+
+    No utilization: NVML gives none per MIG instance, and smlens' instance layer has none either."""
+    w = t.window
+    c = t.cluster_label
+    source = {"exporter": EXPORTER}
+    fields = [FB_USED.name, *(f.name for f in NUMERATORS.values())]
+    info = "gpu_mig_info"
+    # The first rule picks the instances to map (any mapped field with a GPU_I_ID); only it reads
+    # smlens' gpu_up: a GPU smlens reports is left out with its instances.
+    present = f'{{__name__=~"{"|".join(fields)}", GPU_I_ID!=""}}'
+    # Presence is 1: the values are multiplied after the max, where no two series differ by name only.
+    rules = [_record(info, f"(\n{as_smlens(present, t, '', INSTANCE)}) * 0 + 1\n{smlens_gpus}", source)]
+    instance_key = f"{c}, hostname, uuid, {n.GPU_INSTANCE}"
+    mapped = f'and on ({instance_key}) {info}{{exporter="{EXPORTER}"}}'
+    for whole, twin in zip(INSTANCE_MEASURED, INSTANCE_MEANS, strict=True):
+        counter, field = twin.numerator, NUMERATORS[whole.numerator]
+        mean = f"avg_over_time({mig_instance(field.name)}[{w}])"
+        rules.append(_record(sum_name(INSTANCE, counter, w), as_smlens(mean, t, mapped, INSTANCE), source))
+    profiled_name = sum_name(INSTANCE, INSTANCE_MEANS[0].denominator, w)
+    sm = mig_instance(NUMERATORS[SM_ACTIVE.numerator].name)
+    profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped, INSTANCE)
+    rules.append(_record(profiled_name, profiled, source))
+    memory = f"{mig_instance(FB_USED.name)} * {FB_USED.scale!r}"
+    rules.append(_record("gpu_mig_memory_used_bytes", as_smlens(memory, t, mapped, INSTANCE), source))
+    parent = f"{c}, hostname, gpu, uuid"
+    sliced = f'max by ({parent}) ({info}{{exporter="{EXPORTER}"}})'
+    sliced_profiled = f'max by ({parent}) ({profiled_name}{{exporter="{EXPORTER}"}})'
+    return rules, sliced, sliced_profiled
 
 
 def rule_files(t: Thresholds) -> dict[str, str]:

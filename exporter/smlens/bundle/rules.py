@@ -84,13 +84,14 @@ INSTANCE = Level(
     (n.HOSTNAME, n.GPU, n.UUID, n.GPU_INSTANCE, n.MIG_PROFILE, n.MIG_UUID, *n.OWNER_LABELS),
     None,
 )
+INSTANCE_MEASURED = (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
 INSTANCE_MEANS = tuple(
     Mean(
         mean.metric.replace("gpu_", "gpu_mig_", 1),
         mean.numerator.replace("gpu_", "gpu_mig_", 1),
         "gpu_mig_profiled_seconds",
     )
-    for mean in (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
+    for mean in INSTANCE_MEASURED
 )
 # Memory in use above which a MIG instance counts as held by a workload: below a CUDA context's size
 # (a few hundred MiB), above what an instance without processes reports.
@@ -345,7 +346,8 @@ _WORKLOAD = (
 )
 _WHERE = f"{_GPU}, {_WORKLOAD}"
 _INSTANCE = (
-    "MIG instance {{ $labels.gpu_instance }} ({{ $labels.mig_profile }}, {{ $labels.mig_uuid }})"
+    "MIG instance {{ $labels.gpu_instance }}"
+    " ({{ $labels.mig_profile }}{{ with $labels.mig_uuid }}, {{ . }}{{ end }})"
     f" of {_GPU}, {_WORKLOAD}"
 )
 _TARGET = "smlens at {{ $labels.instance }} (job {{ $labels.job }})"
