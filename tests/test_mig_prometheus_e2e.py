@@ -63,14 +63,19 @@ def test_mig_instances_are_recorded_alerted_and_listed(
         assert not query(base, 'gpu:gpu_utilization:ratio_rate10m{gpu="1"}')
         assert not query(base, _alert_expr("GPUBusyButSMUnderused"))
 
-        model = json.loads((REPO / "dashboards" / "smlens-gpu.json").read_text())
+        # The GPU dashboard (GPU 1, then the whole GPU 0) and the node dashboard (all GPUs, then GPU 0
+        # alone): the instances' rows where they exist; nothing elsewhere, which the panel names.
         values = {"datasource": "prometheus", "cluster": ".*", "hostname": HOSTNAME}
-        mig = [expr for title, expr in panel_queries(model) if title.startswith("MIG instances")]
-        assert len(mig) == 4
-        for expr in mig:
-            rows = query(base, substitute(expr, {**values, "gpu": "1"}))
-            assert len(rows) == 3, expr
-            assert not query(base, substitute(expr, {**values, "gpu": "0"})), expr
+        for name, mig_gpus in (("smlens-gpu.json", "1"), ("smlens-node.json", ".*")):
+            model = json.loads((REPO / "dashboards" / name).read_text())
+            mig = [expr for title, expr in panel_queries(model) if title.startswith("MIG instances")]
+            assert len(mig) == 4, name
+            for expr in mig:
+                rows = query(base, substitute(expr, {**values, "gpu": mig_gpus}))
+                assert sorted(r["metric"]["gpu_instance"] for r in rows) == sorted(k[1] for k in by_profile)
+                assert not query(base, substitute(expr, {**values, "gpu": "0"})), expr
+            (table,) = [p for p in model["panels"] if p["type"] == "table" and p["title"].startswith("MIG")]
+            assert table["fieldConfig"]["defaults"]["noValue"].startswith("no MIG instances on ")
 
         # Every rule evaluates without error with instance series present.
         groups = httpx.get(f"{base}/api/v1/rules", timeout=10).json()["data"]["groups"]

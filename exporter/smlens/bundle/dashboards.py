@@ -18,12 +18,14 @@ from smlens import names as n
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard, render
 from smlens.bundle.rules import (
     CLUSTER,
+    DCGM_EXPORTER,
     DRAM_ACTIVE,
     EFFICIENCY,
     GPU,
     HOSTNAME,
     INSTANCE,
     INSTANCE_MEANS,
+    INSTANCE_MEASURED,
     NAMESPACE,
     NAMESPACE_POD,
     SM_ACTIVE,
@@ -84,6 +86,17 @@ TIMELINE_OPTIONS = {
 
 GAP = "Utilization - SM active"
 MIG_INSTANCES_MAX = 7  # GPU instances of one GPU at most (seven 1g slices on A100, H100, H200)
+NODE_GPUS_MAX = 8  # GPUs of one node the node dashboard's MIG table makes room for (HGX: 8)
+# Said by every panel that reads series only smlens exports: the dcgm-exporter mapping
+# (rules/smlens-dcgm-exporter.rules.yaml) gives GPUs its per-GPU means, not these.
+NEEDS_SMLENS = (
+    " Needs smlens on the node: GPUs mapped from dcgm-exporter have no such series here (dcgm-exporter's"
+    " own DCGM_FI_DEV_* metrics carry them)."
+)
+MAPPED_MEANS = (
+    " GPUs mapped from dcgm-exporter have no counters: they show the mapping's recorded window means"
+    " (means of scrape samples) instead."
+)
 RULES_FIX = (
     "load rules/smlens-recording.rules.yaml and rules/smlens-alerts.rules.yaml into Prometheus; with"
     " the Helm chart and kube-prometheus-stack, give the PrometheusRule the label your Prometheus"
@@ -169,6 +182,12 @@ class Exprs:
         numerator = f"sum by ({by}) (rate({mean.numerator}_total{selector}[$__rate_interval]))"
         denominator = f"sum by ({by}) (rate({mean.denominator}_total{selector}[$__rate_interval]))"
         return f"{numerator}\n/\n({denominator} > 0)"
+
+    def or_mapped(self, mean: Mean, selector: str) -> str:
+        """``or`` the per-GPU window mean of GPUs mapped from dcgm-exporter, which have no smlens
+        counters to take step means from; one series per GPU, like a step mean ``by (gpu)``."""
+        mapped = f'{selector[:-1]}, exporter="{DCGM_EXPORTER}"}}'
+        return f"\nor\nmax by (gpu) ({self.mean(GPU, mean, mapped)})"
 
     def gap(self, selector: str) -> str:
         return f"{self.mean(GPU, UTILIZATION, selector)} - {self.mean(GPU, SM_ACTIVE, selector)}"
@@ -504,8 +523,8 @@ def _per_gpu_ratio(e: Exprs, mean: Mean, selector: str) -> Panel:
     title, meaning = RATIO_MEANINGS[mean]
     return _ratio_panel(
         f"{title} per GPU",
-        f"{meaning} Exact mean over each graph step, from the counters.",
-        [Query(e.step_mean(mean, selector, "gpu"), "GPU {{gpu}}")],
+        f"{meaning} Exact mean over each graph step, from the counters.{MAPPED_MEANS}",
+        [Query(e.step_mean(mean, selector, "gpu") + e.or_mapped(mean, selector), "GPU {{gpu}}")],
     )
 
 
@@ -516,7 +535,7 @@ def _hardware_row(selector: str, by_gpu: bool) -> Row:
         return Panel(
             "timeseries",
             title,
-            description,
+            description + NEEDS_SMLENS,
             queries,
             unit=unit,
             width=8,
@@ -570,7 +589,7 @@ def _hardware_row(selector: str, by_gpu: bool) -> Row:
                 "Clock slowdown (throttling)",
                 "Clock-event reasons over time (1 = holding). Thermal and power-brake slowdowns cost speed"
                 " and raise GPUClockSlowdown; sw_power_cap under heavy load is normal; gpu_idle just means"
-                " no work.",
+                f" no work.{NEEDS_SMLENS}",
                 [
                     Query(
                         f"gpu_clock_event_active{selector}",
@@ -648,6 +667,7 @@ def node(t: Thresholds) -> JSON:
                     )
                 ],
             ),
+            Row("MIG instances", [_mig_instances(e, sel, gpus=NODE_GPUS_MAX)]),
             Row(
                 "Activity per GPU",
                 [
@@ -658,12 +678,14 @@ def node(t: Thresholds) -> JSON:
                     _ratio_panel(
                         "SM efficiency per GPU",
                         "SM-active seconds per busy second, per GPU, over the graph step. Low: NVML reports"
-                        " busy while the SMs wait (small kernels, launch overhead, synchronisation).",
+                        " busy while the SMs wait (small kernels, launch overhead, synchronisation)."
+                        f"{MAPPED_MEANS}",
                         [
                             Query(
                                 "sum by (gpu) (rate(gpu_sm_active_seconds_total"
                                 f"{sel}[$__rate_interval]))\n/\n"
-                                f"(sum by (gpu) (rate(gpu_busy_seconds_total{sel}[$__rate_interval])) > 0)",
+                                f"(sum by (gpu) (rate(gpu_busy_seconds_total{sel}[$__rate_interval])) > 0)"
+                                f"{e.or_mapped(EFFICIENCY, sel)}",
                                 "GPU {{gpu}}",
                             )
                         ],
@@ -679,7 +701,7 @@ def gpu(t: Thresholds) -> JSON:
     e = Exprs(t)
     sel = e.selector('hostname="$hostname"', 'gpu="$gpu"')
     activity = [
-        Query(e.step_mean(mean, sel, "gpu"), RATIO_MEANINGS[mean][0])
+        Query(e.step_mean(mean, sel, "gpu") + e.or_mapped(mean, sel), RATIO_MEANINGS[mean][0])
         for mean in (UTILIZATION, SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
     ]
     return dashboard(
@@ -706,8 +728,11 @@ def gpu(t: Thresholds) -> JSON:
                         "stat",
                         "SM metrics source",
                         "Where SM activity and occupancy come from: gpm (NVML GPM, Hopper and newer), dcgm"
-                        " (DCGM profiling) or sim; none means only NVML utilization is known.",
-                        [Query(f"gpu_profiling_available{sel}", "{{source}}", instant=True)],
+                        " (DCGM profiling) or sim; none means only NVML utilization is known. dcgm-exporter:"
+                        " the GPU is mapped from dcgm-exporter, whose SM metrics exist only with its"
+                        " DCGM_FI_PROF_SM_ACTIVE field on (see the SM active stat and the runbook of"
+                        " GPUDcgmExporterProfilingOff).",
+                        [Query(f"gpu_profiling_available{sel}", "{{source}}{{exporter}}", instant=True)],
                         width=4,
                         height=4,
                         options=NAME_STAT_OPTIONS,
@@ -732,10 +757,11 @@ def gpu(t: Thresholds) -> JSON:
                         "XID errors NVML reported for this GPU since the exporter started. Any hardware XID"
                         " (48, 63, 64, 74, 79, 94, 95, 119, 120) means drain and check the GPU. smlens"
                         " exports an XID code's counter from its first occurrence, so no series means"
-                        " none reported (or the GPU is not monitored: see the GPU and power rows).",
+                        " none reported (or the GPU is not monitored: see the GPU and power rows)."
+                        f"{NEEDS_SMLENS}",
                         f"sum(gpu_xid_errors_total{sel})",
                         steps=[(None, "green"), (1, "red")],
-                        no_value="none reported",
+                        no_value="none reported by smlens",
                     ),
                 ],
             ),
@@ -768,7 +794,7 @@ def gpu(t: Thresholds) -> JSON:
                         "timeseries",
                         "PCIe and NVLink traffic",
                         "Bytes per second over PCIe and NVLink. Heavy host-to-device traffic next to low SM"
-                        " activity points at an input pipeline the GPU waits for.",
+                        f" activity points at an input pipeline the GPU waits for.{NEEDS_SMLENS}",
                         [
                             Query(f"rate(gpu_pcie_transmit_bytes_total{sel}[$__rate_interval])", "PCIe tx"),
                             Query(f"rate(gpu_pcie_receive_bytes_total{sel}[$__rate_interval])", "PCIe rx"),
@@ -788,7 +814,7 @@ def gpu(t: Thresholds) -> JSON:
                         "ECC errors and PCIe replays",
                         "Volatile ECC error counts since the driver loaded, and PCIe replays. Any"
                         " uncorrectable error raises GPUUncorrectableECCErrors: drain and reset the GPU."
-                        " Growing replays point at a bad link or riser.",
+                        f" Growing replays point at a bad link or riser.{NEEDS_SMLENS}",
                         [
                             Query(f"gpu_ecc_errors_total{sel}", "ECC {{type}}"),
                             Query(f"gpu_pcie_replays_total{sel}", "PCIe replays"),
@@ -802,23 +828,30 @@ def gpu(t: Thresholds) -> JSON:
     )
 
 
-def _mig_instances(e: Exprs, sel: str) -> Panel:
-    """The GPU's MIG instances with their window means; after pod churn, the current holder's row only."""
+def _mig_instances(e: Exprs, sel: str, gpus: int = 1) -> Panel:
+    """The MIG instances of the selected GPUs (``gpus`` of them at most) with their window means;
+    after pod churn, the current holder's row only."""
     sm, *others = INSTANCE_MEANS
     t = e.t
+    scope = "this GPU" if gpus == 1 else "the selected GPUs of this node"
     labels = ", ".join((e.c, n.HOSTNAME, n.UUID, n.GPU_INSTANCE, n.MIG_UUID, *n.OWNER_LABELS))
-    key = f"topk({MIG_INSTANCES_MAX}, {e.mean(INSTANCE, sm, sel)})\nand on ({labels}) gpu_mig_info{sel}"
-    whole = (SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)
+    key = (
+        f"topk({MIG_INSTANCES_MAX * gpus}, {e.mean(INSTANCE, sm, sel)})\nand on ({labels}) gpu_mig_info{sel}"
+    )
     return _gpu_table(
         f"MIG instances ({t.window} means)",
-        "Each MIG GPU instance of this GPU (gpu_instance, mig_profile, mig_uuid and the pod that holds it)"
-        f" with its {t.window} means, relative to the instance's own SMs. NVML gives no utilization"
+        f"Each MIG GPU instance of {scope} (gpu, gpu_instance, mig_profile, mig_uuid and the pod that holds"
+        f" it) with its {t.window} means, relative to the instance's own SMs. NVML gives no utilization"
         " per instance: an instance held by a pod (or with memory in use) whose SM active stays at or"
-        f" below {_pct(t.hollow_sm_active)} raises GPUMigInstanceHollow. Empty when the GPU is not in"
-        " MIG mode or has no GPM (pre-Hopper).",
+        f" below {_pct(t.hollow_sm_active)} raises GPUMigInstanceHollow. Empty, with that said, when no"
+        " GPU is in MIG mode or its instances have no SM metrics (no GPM before Hopper; dcgm-exporter"
+        " without its DCGM_FI_PROF_SM_ACTIVE field).",
         ("SM active", key),
-        [(RATIO_MEANINGS[w][0], e.mean(INSTANCE, m, sel)) for w, m in zip(whole, others, strict=True)],
-        no_value="no MIG instances on this GPU",
+        [
+            (RATIO_MEANINGS[w][0], e.mean(INSTANCE, m, sel))
+            for w, m in zip(INSTANCE_MEASURED[1:], others, strict=True)
+        ],
+        no_value=f"no MIG instances on {scope}",
     )
 
 

@@ -15,6 +15,7 @@ per-GPU layer, which would count a sliced GPU once per slice; the parent GPU get
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from smlens import names as n
@@ -71,6 +72,8 @@ NUMERATORS = {
 # instance id and profile (internal/pkg/rendermetrics), and the MIG device UUID that dcgm-exporter adds
 # only where pods get GPUs through DRA (internal/pkg/transformation/const.go).
 FB_USED = Field("DCGM_FI_DEV_FB_USED", 1024.0 * 1024.0)
+# gpu_info's labels from dcgm-exporter's: the model, and the driver version (a label-type field).
+INFO_LABELS = {"model": "modelName", "driver_version": "DCGM_FI_DRIVER_VERSION"}
 MIG_LABELS = {n.GPU_INSTANCE: "GPU_I_ID", n.MIG_PROFILE: "GPU_I_PROFILE", n.MIG_UUID: "dra_mig_device_uuid"}
 
 
@@ -86,23 +89,28 @@ def mig_instance(field: str) -> str:
     return f'{field}{{GPU_I_ID!=""}}'
 
 
-def as_smlens(expr: str, t: Thresholds, only: str, level: Level = GPU) -> str:
+def as_smlens(
+    expr: str, t: Thresholds, only: str, level: Level = GPU, kept: Mapping[str, str] | None = None
+) -> str:
     """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and
     exported_namespace/pod/container, where present, over namespace/pod/container; one series per
     GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid).
 
     The exported_ labels are dcgm-exporter's pod labels renamed by a scrape without honorLabels, whose
-    own namespace/pod/container name the exporter pod (docs/migration.md asks for honorLabels)."""
+    own namespace/pod/container name the exporter pod (docs/migration.md asks for honorLabels).
+    ``kept``: more dcgm-exporter labels to keep, smlens' name to dcgm-exporter's."""
     renamed = (
         f'label_replace(label_replace(label_replace({expr}, "uuid", "$1", "UUID", "(.+)"),'
         f' "hostname", "$1", "Hostname", "(.+)"), "hostname", "$1", "{NODE_LABEL}", "(.+)")'
     )
     for label in n.OWNER_LABELS:
         renamed = f'label_replace({renamed}, "{label}", "$1", "exported_{label}", "(.+)")'
-    if level is INSTANCE:
-        for label, source in MIG_LABELS.items():
-            renamed = f'label_replace({renamed}, "{label}", "$1", "{source}", "(.+)")'
-    return f"max {by(level_labels(level, t.cluster_label))}(\n  {renamed}\n)\n{only}"
+    renames = {**(MIG_LABELS if level is INSTANCE else {}), **(kept or {})}
+    for label, source in renames.items():
+        renamed = f'label_replace({renamed}, "{label}", "$1", "{source}", "(.+)")'
+    labels = level_labels(level, t.cluster_label)
+    labels += tuple(label for label in renames if label not in labels)
+    return f"max {by(labels)}(\n  {renamed}\n)\n{only}"
 
 
 def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[str, object]:
@@ -140,7 +148,8 @@ def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
     identity = f"{identity}\nor on ({gpu_key})\n{sliced}"
     rules += instance_rules
     rules.append(_record("gpu_up", identity, source))
-    rules.append(_record("gpu_info", identity, source))
+    info = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus, kept=INFO_LABELS)
+    rules.append(_record("gpu_info", f"{info}\nor on ({gpu_key})\n{sliced}", source))
     # 1 where the profiling field is exported for the GPU (or one of its instances), 0 where not.
     available = as_smlens(f"({sm} * 0 + 1) or ({utilization} * 0)", t, mapped_gpus)
     available = f"{available}\nor on ({gpu_key})\n({sliced_profiled} or {sliced} * 0)"
