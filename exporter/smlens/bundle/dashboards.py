@@ -844,8 +844,8 @@ def _mig_instances(e: Exprs, sel: str, gpus: int = 1) -> Panel:
         f" it) with its {t.window} means, relative to the instance's own SMs. NVML gives no utilization"
         " per instance: an instance held by a pod (or with memory in use) whose SM active stays at or"
         f" below {_pct(t.hollow_sm_active)} raises GPUMigInstanceHollow. Empty, with that said, when no"
-        " GPU is in MIG mode or its instances have no SM metrics (no GPM before Hopper; dcgm-exporter"
-        " without its DCGM_FI_PROF_SM_ACTIVE field).",
+        " GPU is in MIG mode or its instances have no SM metrics (before Hopper: no GPM, so only smlens'"
+        " DCGM backend or dcgm-exporter with its DCGM_FI_PROF_SM_ACTIVE field give them).",
         ("SM active", key),
         [
             (RATIO_MEANINGS[w][0], e.mean(INSTANCE, m, sel))
