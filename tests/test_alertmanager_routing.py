@@ -131,3 +131,17 @@ def test_a_hardware_xid_mutes_application_xids_of_the_same_gpu_only(tmp_path: Pa
             ("GPUXidError", "staging", "GPU-a"): False,
             ("GPUBusyButSMUnderused", "prod", "GPU-a"): False,
         }
+
+
+def test_nodes_without_an_exporter_page_once_per_node(tmp_path: Path) -> None:
+    """GPUNodeWithoutExporter carries the node's name as hostname too (rules/tests/fleet.test.yaml
+    checks its labels): two such nodes of a cluster are two notifications, not one cluster-wide."""
+    routes = yaml.safe_load(ROUTE_FILE.read_text())["routes"]
+    for route in routes:
+        route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    alerts = [_alert("GPUNodeWithoutExporter", "warning", node=n, hostname=n) for n in ("node-x", "node-y")]
+    with alertmanager_with_webhook(tmp_path, routes) as (address, received):
+        httpx.post(f"http://{address}/api/v2/alerts", json=alerts, timeout=10).raise_for_status()
+        wait_for("notifications of both nodes", lambda: sum(len(p["alerts"]) for p in received) >= 2)
+        time.sleep(3)
+    assert sorted(p["groupLabels"].get("hostname", "") for p in received) == ["node-x", "node-y"]
