@@ -116,7 +116,15 @@ def test_history_agrees_with_the_api_and_answers_only_new_points() -> None:
     assert client.get("/api/v1/history", params={"after": 5}).json()["sequences"] == []
     restarted = client.get("/api/v1/history", params={"after": 99}).json()  # the exporter restarted
     assert restarted["reset"] and restarted["sequences"] == [1, 2, 3, 4, 5]
-    assert client.get("/api/v1/history", params={"after": -1}).status_code == 422
+    huge = client.get("/api/v1/history", params={"after": "9" * 5000}).json()  # past int()'s 4,300 digits
+    assert huge["reset"] and huge["sequences"] == [1, 2, 3, 4, 5]
+    assert client.get("/api/v1/history", params={"after": "0003"}).json()["sequences"] == [4, 5]
+    for bad in ("-1", "+1", "1.5", "", "abc", "\uff11"):  # the last a fullwidth digit
+        refused = client.get("/api/v1/history", params={"after": bad})
+        assert (refused.status_code, refused.json()) == (
+            422,
+            {"error": "after must be a sequence number (digits only)"},
+        ), bad
 
     reads = sim.reads
     for _ in range(10):

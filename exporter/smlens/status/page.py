@@ -7,6 +7,7 @@ Every answer comes from the :class:`~smlens.status.history.History` ring; none t
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -43,7 +44,9 @@ def _sequence(value: str | None) -> int | None:
         return None
     if not (value.isascii() and value.isdigit()):
         raise ValueError(value)
-    return int(value)
+    digits = value.lstrip("0")
+    # int() refuses numbers over 4,300 digits; one that long is past every sequence, as a 20-digit one is.
+    return int(digits or "0") if len(digits) <= 20 else sys.maxsize
 
 
 def status_router(history: History, describe: Describe) -> Router:
