@@ -25,3 +25,17 @@ def test_released_once_after_the_start_up_ticks(monkeypatch: pytest.MonkeyPatch)
 def test_glibc_trims() -> None:
     assert hasattr(ctypes.CDLL(None), "malloc_trim")  # this machine's libc is glibc: the trim is not skipped
     heap.release_freed_memory()
+
+
+def test_a_libc_without_malloc_trim_only_collects(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Musl:
+        """musl's libc as ctypes shows it: looking up a symbol it lacks raises AttributeError."""
+
+        def __getattr__(self, name: str) -> object:
+            raise AttributeError(f"python3: symbol not found: {name}")
+
+    collected: list[int] = []
+    monkeypatch.setattr(heap.ctypes, "CDLL", lambda name: Musl())
+    monkeypatch.setattr(heap.gc, "collect", lambda: collected.append(1) or 0)
+    heap.release_freed_memory()
+    assert collected == [1]

@@ -21,6 +21,7 @@ def release_freed_memory() -> None:
     gc.collect()
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int  # glibc: int malloc_trim(size_t pad)
         trim(0)
 
 
