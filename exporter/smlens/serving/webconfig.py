@@ -197,7 +197,8 @@ def web_config_from(raw: Any, path: Path) -> WebConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix} must be a mapping of keys to values.")
-    # Only now: the file's schema is a pydantic model, and pydantic costs 3 MiB of RSS to import.
+    # Only now: the file's schema is a pydantic model, and importing it costs serve 7.9 MiB of RSS
+    # (docs/performance.md, "Memory").
     from smlens.serving.webconfig_file import checked
 
     model = checked(raw, prefix)
