@@ -190,6 +190,14 @@ def fake_dcgm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 CUPTI_DOUBLE_DIR = Path(__file__).parent / "fakes" / "fake_cupti"
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _forget_cupti() -> None:
     for name in [m for m in sys.modules if m == "cupti" or m.startswith("cupti.")]:
         del sys.modules[name]

@@ -1,11 +1,13 @@
 """``smlens profile`` as a user runs it, over the cupti-python double, for tests that signal the process.
 
-Run as ``python tests/profile_capture_driver.py PROFILE-ARGS...``: NVML and the CUDA context are skipped (one
-fake H200), and a thread writes about 10 records per millisecond into the double's hardware buffer. It
-prints ``worker PID`` to stdout once the evaluator process is up."""
+Run as ``python tests/profile_capture_driver.py [--hang-worker] PROFILE-ARGS...``: NVML and the CUDA context
+are skipped (one fake H200), and a thread writes about 10 records per millisecond into the double's hardware
+buffer. It prints ``worker PID`` to stdout once the evaluator process is up. With ``--hang-worker``, the
+worker's evaluations never return, and the capture gives up waiting for one after 2 s."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import signal
 import sys
@@ -35,6 +37,14 @@ def main() -> int:
         )
 
     ImagePipeline.__init__ = announce  # type: ignore[method-assign]
+    args = sys.argv[1:]
+    if args[:1] == ["--hang-worker"]:
+        from profile_worker_double import hanging
+        from smlens.profile import evaluator
+
+        evaluator.RESULT_TIMEOUT_S = 2
+        session.ImagePipeline = functools.partial(ImagePipeline, job=hanging)  # type: ignore[misc]
+        args = args[1:]
     stop = threading.Event()
 
     def gpu() -> None:
@@ -42,7 +52,7 @@ def main() -> int:
             cu.HARDWARE.feed(10)
 
     threading.Thread(target=gpu, daemon=True).start()
-    return smlens(["profile", *sys.argv[1:]])
+    return smlens(["profile", *args])
 
 
 if __name__ == "__main__":  # the evaluator is spawned: it imports this file again

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
 from smlens.profile import evaluator
 
 SLOW_S = 0.05  # each evaluation takes this long, so that the decode side has to wait for images
+HUNG_MARK = "PROFILE_WORKER_DOUBLE_HUNG"
 _prepared: dict[str, object] = {}
 
 
@@ -34,3 +36,11 @@ def evaluate(path: str, size: int, count: int, with_peaks: bool) -> evaluator.Ev
 
 def failing(path: str, size: int, count: int, with_peaks: bool) -> evaluator.Evaluated:
     raise ValueError("bad counter data")
+
+
+def hanging(path: str, size: int, count: int, with_peaks: bool) -> evaluator.Evaluated:
+    """Never returns, as a call stuck inside CUPTI would not; first creates the file named by $HUNG_MARK."""
+    if HUNG_MARK in os.environ:
+        Path(os.environ[HUNG_MARK]).touch()
+    while True:
+        time.sleep(3600)

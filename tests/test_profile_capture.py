@@ -5,6 +5,7 @@ as the H200 did)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import process_alive
 from smlens.profile.counters import COUNTERS
 from smlens.profile.cupti_session import Gpu, ProfileError, Session
 
@@ -178,14 +180,7 @@ def test_a_worker_killed_mid_capture_is_one_sentence(cupti: Any) -> None:
 DRIVER = Path(__file__).parent / "profile_capture_driver.py"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _start_capture(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+def _start_capture(tmp_path: Path, *driver_args: str) -> tuple[subprocess.Popen[str], int]:
     """``smlens profile --seconds 60`` over the double, in its own process group; (process, worker pid)."""
     import select
 
@@ -195,6 +190,7 @@ def _start_capture(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
         [
             sys.executable,
             str(DRIVER),
+            *driver_args,
             "--seconds",
             "60",
             "--interval-us",
@@ -212,16 +208,32 @@ def _start_capture(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
     ready, _, _ = select.select([process.stdout], [], [], 60)
     assert ready, "the evaluator did not start within 60 s"
     word, pid = process.stdout.readline().split()
-    assert word == "worker" and _alive(int(pid))
+    assert word == "worker" and process_alive(int(pid))
     time.sleep(0.5)  # capturing
     return process, int(pid)
 
 
-def _gone(pid: int, within_s: float = 20) -> bool:
+def _left_in_group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if os.getpgid(int(entry.name)) == pgid and process_alive(int(entry.name)):
+                    left.append(int(entry.name))
+    return left
+
+
+def _gone(*pids: int, group: int | None = None, within_s: float = 20) -> bool:
+    """Whether ``pids`` and every process of ``group`` end within ``within_s``."""
+
+    def left() -> bool:
+        return any(map(process_alive, pids)) or bool(group and _left_in_group(group))
+
     deadline = time.monotonic() + within_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _alive(pid)
+    return not left()
 
 
 def test_ctrl_c_ends_the_capture_early_and_keeps_it(tmp_path: Path) -> None:
@@ -248,8 +260,30 @@ def test_sigterm_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
     assert _gone(worker)
 
 
-def test_the_worker_dies_with_a_killed_capture(tmp_path: Path) -> None:
+def test_a_killed_capture_leaves_no_process_and_no_warning(tmp_path: Path) -> None:
     process, worker = _start_capture(tmp_path)
     process.kill()  # SIGKILL to the capture only: nothing in it can clean up
-    process.wait(timeout=60)
-    assert _gone(worker)
+    try:
+        _, stderr = process.communicate(timeout=60)  # till every process that shares its stderr ends
+        assert _gone(worker, group=process.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "Traceback" not in stderr
+    assert "resource_tracker" not in stderr  # multiprocessing's warning about semaphores it cleans up
+
+
+def test_a_hung_worker_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
+    process, worker = _start_capture(tmp_path, "--hang-worker")  # no result for 2 s is a hung worker
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 1
+    assert stderr.rsplit("\n", 2)[-2] == (
+        "smlens: evaluating the samples failed in the worker process: it gave no answer in 2 s (stuck "
+        "inside CUPTI?)."
+    )
+    assert "Traceback" not in stderr
+    assert _gone(worker, group=process.pid)

@@ -3,12 +3,19 @@ CUPTI calls (ready an image, evaluate a sample) are replaced (tests/profile_work
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from profile_worker_double import evaluate, failing, prepare
+from conftest import process_alive
+from profile_worker_double import HUNG_MARK, evaluate, failing, hanging, prepare
+from smlens.profile import evaluator
 from smlens.profile.cupti_session import image_slots
 from smlens.profile.evaluator import EvaluatorError, ImagePipeline
 
@@ -62,6 +69,47 @@ def test_a_failed_evaluation_surfaces_when_the_results_are_read() -> None:
             pipeline.results()
     finally:
         pipeline.close()
+
+
+@pytest.mark.parametrize("read_results", [True, False])
+def test_a_hung_worker_is_waited_for_within_a_bound_then_killed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, read_results: bool
+) -> None:
+    # a worker stuck inside CUPTI: reading its results, or closing without them, must not wait forever
+    monkeypatch.setattr(evaluator, "RESULT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(evaluator, "CLOSE_TIMEOUT_S", 1.0)
+    hung = tmp_path / "hung"
+    monkeypatch.setenv(HUNG_MARK, str(hung))
+    pipeline = ImagePipeline(SIZE, zero, prepare, ("GH100",), job=hanging)
+    (worker,) = multiprocessing.active_children()
+    raised: list[BaseException] = []
+
+    def use() -> None:
+        try:
+            pipeline.hand_over(pipeline.take(), 3)
+            deadline = time.monotonic() + 20
+            while not hung.exists() and time.monotonic() < deadline:  # the worker is inside the evaluation
+                time.sleep(0.01)
+            if read_results:
+                pipeline.results()
+        except BaseException as exc:
+            raised.append(exc)
+        finally:
+            pipeline.close()
+
+    thread = threading.Thread(target=use, daemon=True)
+    thread.start()
+    thread.join(20)
+    stuck = thread.is_alive()
+    if stuck:  # let the pipeline go
+        os.kill(worker.pid or 0, signal.SIGKILL)
+        thread.join(20)
+    assert not stuck, "the pipeline was still waiting for the worker after 20 s"
+    assert not process_alive(worker.pid or 0)
+    sentence = (
+        "evaluating the samples failed in the worker process: it gave no answer in 1 s (stuck inside CUPTI?)."
+    )
+    assert [str(exc) for exc in raised] == ([sentence] if read_results else [])
 
 
 @pytest.mark.parametrize(("interval_us", "slots"), [(100, 4000), (200, 2000), (1000, 400), (10_000, 256)])

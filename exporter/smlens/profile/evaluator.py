@@ -23,9 +23,8 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -33,20 +32,17 @@ import numpy as np
 from smlens.errors import SmlensError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# The longest waits for the worker: beyond them it is taken as stuck (inside CUPTI, as nothing else blocks).
+START_TIMEOUT_S = 120.0  # a fresh interpreter that imports numpy and CUPTI, on a busy host
+RESULT_TIMEOUT_S = 60.0  # one image's values (about 0.07 s of CPU at 100 µs on the H200, docs/profile.md)
+CLOSE_TIMEOUT_S = 5.0  # its exit once its jobs end; then it is killed
+STARTING = "the process that evaluates the samples could not start"
+EVALUATING = "evaluating the samples failed in the worker process"
+ENDED = "it ended unexpectedly (killed, or out of memory?)"
 
 
 class EvaluatorError(SmlensError):
-    """The worker process failed or ended; one sentence for the user."""
-
-    @classmethod
-    def of(
-        cls, exc: BaseException, what: str = "evaluating the samples failed in the worker process"
-    ) -> EvaluatorError:
-        if isinstance(exc, BrokenProcessPool):
-            why = "it ended unexpectedly (killed, or out of memory?)"
-        else:
-            why = str(exc).rstrip(".")
-        return cls(f"{what}: {why}.")
+    """The worker process failed, ended or stopped answering; one sentence for the user."""
 
 
 class SharedImage:
@@ -76,21 +72,37 @@ class Evaluated:
     max_rss_kib: int  # the worker's peak resident set so far
 
 
+Job = Callable[[str, int, int, bool], Evaluated]
+
 # The worker's state: its own CUPTI host object and the images it has mapped (by path).
 _host: Any = None
 _metrics: tuple[list[str], list[str]] = ([], [])
 _maps: dict[str, np.ndarray] = {}
 
 
-def _worker_started(parent: int) -> None:
-    """In the worker, first: Ctrl-C is the parent's to handle (it stops the capture and then this process),
-    and this process dies with the parent, whatever kills it (it would otherwise wait forever: it holds the
-    write end of its own job queue)."""
+def _serve(
+    jobs: Connection, parent: int, prepare: Callable[..., None], prepare_args: tuple[Any, ...], job: Job
+) -> None:
+    """The worker process: ``prepare``, then each job's arguments in turn, answering each (a string is why
+    it failed) until the parent closes the pipe. Ctrl-C is the parent's to handle (it stops the capture and
+    then this process), and this process dies with the parent, whatever kills it: busy in a job, it would
+    not see the pipe close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl
         os._exit(1)
+    with contextlib.suppress(EOFError, OSError):  # the parent is done, or gone
+        jobs.send(_outcome(prepare, prepare_args))
+        while True:
+            jobs.send(_outcome(job, jobs.recv()))
+
+
+def _outcome(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    try:
+        return call(*args)
+    except Exception as exc:  # the parent tells the user; an exception may not survive pickling
+        return str(exc) or type(exc).__name__
 
 
 def prepare(chip: str, counters: Sequence[str], peaks: Sequence[str]) -> None:
@@ -141,17 +153,14 @@ def evaluate(path: str, size: int, count: int, with_peaks: bool) -> Evaluated:
     return Evaluated(values, peaks, *_usage())
 
 
-Job = Callable[[str, int, int, bool], Evaluated]
-
-
 class ImagePipeline:
     """Counter-data images handed to one worker process in capture order, each reused once evaluated.
 
     ``initialize(array)`` readies an image for decoding (in this process); ``prepare`` with ``prepare_args``
     runs first in the worker; ``job`` evaluates one image there. At most ``max_images`` images exist: when
-    none is free, taking one waits for the oldest evaluation. Any failure of the worker, or its end, is
-    raised as :class:`EvaluatorError`. Create it in the main thread: the worker dies with the thread that
-    started it."""
+    none is free, taking one waits for the oldest evaluation. Any failure of the worker, its end, or a wait
+    for it longer than its timeout is raised as :class:`EvaluatorError`. Create it in the main thread: the
+    worker dies with the thread that started it."""
 
     def __init__(
         self,
@@ -164,28 +173,28 @@ class ImagePipeline:
     ) -> None:
         self.image_bytes = image_bytes
         self._initialize = initialize
-        self._job = job
         self._max = max_images
         self._images: list[SharedImage] = []
         self._free: list[SharedImage] = []
-        self._pending: deque[tuple[SharedImage, Future[Evaluated]]] = deque()
-        self._results: list[Future[Evaluated]] = []
+        self._pending: deque[SharedImage] = deque()  # handed over, in order; their answers are owed
+        self._evaluated: list[Evaluated] = []
         self._peaks_asked = False
         self.waits = 0  # times the decode loop had to wait for the worker to free an image
-        # spawn, not fork: this process holds a CUDA context and CUPTI state a forked child must not inherit
-        self._pool = ProcessPoolExecutor(
-            1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_started,
-            initargs=(os.getpid(),),
-        )
+        # spawn, not fork: this process holds a CUDA context and CUPTI state a forked child must not inherit.
+        # A plain process and a pipe: no lock or semaphore that a killed capture would leave to clean up.
+        context = multiprocessing.get_context("spawn")
+        self._jobs, theirs = context.Pipe()
+        args = (theirs, os.getpid(), prepare, prepare_args, job)
+        self._worker = context.Process(target=_serve, args=args, daemon=True)
         try:
-            self._pool.submit(prepare, *prepare_args).result()  # starts the worker; its errors surface here
+            with contextlib.closing(theirs):  # left open here, it would hide the worker's end from ours
+                self._worker.start()
+            self._answer(START_TIMEOUT_S, STARTING)
         except BaseException as exc:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            if not isinstance(exc, Exception):
+            self.close()
+            if isinstance(exc, EvaluatorError) or not isinstance(exc, Exception):
                 raise
-            raise EvaluatorError.of(exc, "the process that evaluates the samples could not start") from None
+            raise EvaluatorError(f"{STARTING}: {exc}.") from None
 
     def take(self) -> SharedImage:
         """A fresh image to decode into."""
@@ -205,34 +214,52 @@ class ImagePipeline:
         with_peaks = count > 0 and not self._peaks_asked
         self._peaks_asked |= with_peaks
         try:
-            future = self._pool.submit(self._job, image.path, image.size, count, with_peaks)
-        except Exception as exc:  # the pool broke: the worker ended
-            raise EvaluatorError.of(exc) from None
-        self._pending.append((image, future))
-        self._results.append(future)
+            self._jobs.send((image.path, image.size, count, with_peaks))
+        except OSError:  # the worker ended
+            raise EvaluatorError(f"{EVALUATING}: {ENDED}.") from None
+        self._pending.append(image)
 
     def _recycle(self, wait: bool) -> None:
-        while self._pending and (wait or self._pending[0][1].done()):
-            image, future = self._pending.popleft()
-            _result(future)  # a worker failure stops the capture here
+        while self._pending and (wait or self._jobs.poll()):
+            image = self._receive()  # a worker failure stops the capture here
             self._initialize(image.array)
             self._free.append(image)
             wait = False
 
+    def _receive(self) -> SharedImage:
+        """The oldest image handed over, once its values are back."""
+        self._evaluated.append(self._answer(RESULT_TIMEOUT_S, EVALUATING))
+        return self._pending.popleft()
+
+    def _answer(self, timeout_s: float, failure: str) -> Any:
+        try:
+            if not self._jobs.poll(timeout_s):
+                raise EvaluatorError(
+                    f"{failure}: it gave no answer in {timeout_s:g} s (stuck inside CUPTI?)."
+                )
+            answer = self._jobs.recv()
+        except (EOFError, OSError):
+            raise EvaluatorError(f"{failure}: {ENDED}.") from None
+        if isinstance(answer, str):
+            raise EvaluatorError(f"{failure}: {answer.rstrip('.')}.")
+        return answer
+
     def results(self) -> list[Evaluated]:
         """Every image's values, in the order the images were handed over (waits for the worker)."""
-        return [_result(future) for future in self._results]
+        while self._pending:
+            self._receive()
+        return self._evaluated
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """End the worker and free the images. Its pipe closed, the worker exits once its current job is
+        done; one that has not within ``CLOSE_TIMEOUT_S`` (stuck inside CUPTI) is killed."""
+        self._jobs.close()
+        if self._worker.is_alive():  # also False when it never started
+            self._worker.join(CLOSE_TIMEOUT_S)
+            if self._worker.exitcode is None:
+                self._worker.kill()
+                self._worker.join(CLOSE_TIMEOUT_S)
         self._pending.clear()
         for image in self._images:
             image.close()
         self._images, self._free = [], []
-
-
-def _result(future: Future[Evaluated]) -> Evaluated:
-    try:
-        return future.result()
-    except Exception as exc:
-        raise EvaluatorError.of(exc) from None
