@@ -244,7 +244,7 @@ def test_ctrl_c_ends_the_capture_early_and_keeps_it(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
     assert "reporting what was captured." in stderr
     assert (tmp_path / "r.html").stat().st_size > 0
-    assert _gone(worker)
+    assert _gone(worker, group=process.pid)
 
 
 def test_sigterm_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_sigterm_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
         == "smlens: stopped by SIGTERM before the capture finished: nothing was written."
     )
     assert "Traceback" not in stderr
-    assert _gone(worker)
+    assert _gone(worker, group=process.pid)
 
 
 def test_a_killed_capture_leaves_no_process_and_no_warning(tmp_path: Path) -> None:
