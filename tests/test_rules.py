@@ -231,3 +231,60 @@ def test_bundle_cli_rejects_bad_thresholds_in_one_sentence(
     assert expected in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def _gpu_series(uuid: str, labels: str, values: tuple[str, str, str], sm_step: int) -> list[dict[str, str]]:
+    """A GPU's counters and gpu_up as promtool input: busy every second, SM active ``sm_step`` of 60 s;
+    ``values``: the counters' values before, during and after the series' life (promtool notation)."""
+    before, steps, after = values
+    key = f'cluster="a",hostname="n1",gpu="0",uuid="{uuid}"{labels},instance="i",job="smlens"'
+    counters = {"gpu_busy_seconds_total": 60, "gpu_utilization_sampled_seconds_total": 60}
+    counters |= {"gpu_sm_active_seconds_total": sm_step, "gpu_profiled_seconds_total": 60}
+    series = [
+        {"series": f"{name}{{{key}}}", "values": f"{before}0+{step}x{steps}{after}"}
+        for name, step in counters.items()
+    ]
+    return [*series, {"series": f"gpu_up{{{key}}}", "values": f"{before}1x{steps}{after}"}]
+
+
+def test_ranked_lists_hold_the_worst_current_gpus_after_churn(tmp_path: Path) -> None:
+    """Five GPUs changed owner 4 minutes ago: their previous owners' series, the most hollow of the
+    cluster, linger. The hollow list still holds its TOP_GPUS current GPUs; it held 15 when the
+    lingering series were ranked before being dropped."""
+    promtool = require_tool("promtool")
+    series: list[dict[str, str]] = []
+    for i in range(5):
+        series += _gpu_series(f"GPU-c{i}", ',namespace="ml",pod="old"', ("", "6", " stale"), 3)
+        series += _gpu_series(f"GPU-c{i}", ',namespace="ml",pod="new"', ("_x6 ", "6", ""), 3)
+    for i in range(rules.TOP_GPUS + 2):
+        series += _gpu_series(f"GPU-h{i}", "", ("", "12", ""), 6)
+    ranked = rules.ranked_name("10m")
+    suite = {
+        "rule_files": [str(RULES_DIR / rules.RECORDING_FILE)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": f'count({ranked}{{ranking="hollow"}})',
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": "{}", "value": rules.TOP_GPUS}],
+                    },
+                    {
+                        "expr": f'count({ranked}{{ranking="hollow",pod="new"}})',
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": "{}", "value": 5}],
+                    },
+                    {"expr": f'{ranked}{{pod="old"}}', "eval_time": "10m", "exp_samples": []},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "ranked.test.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -289,8 +289,13 @@ def _ranked(t: Thresholds) -> dict[str, str]:
     w = t.window
     c = t.cluster_label
 
+    current = f"and on ({', '.join(level_labels(GPU, c))}) gpu_up"
+
     def gap(selector: str = "") -> str:
-        return f"({mean_name(GPU, UTILIZATION, w)}{selector} - {mean_name(GPU, SM_ACTIVE, w)}{selector})"
+        # Filtered before ranking: a previous owner's lingering series ranked first and dropped
+        # after would take a place of a current GPU, and the list would miss one of the worst.
+        util, sm = mean_name(GPU, UTILIZATION, w), mean_name(GPU, SM_ACTIVE, w)
+        return f"({util}{selector} - {sm}{selector} {current})"
 
     lists = {
         "gap": (c, TOP_POINTS, gap()),
@@ -301,8 +306,7 @@ def _ranked(t: Thresholds) -> dict[str, str]:
         f'label_replace(topk by ({group}) ({top}, {expr}), "ranking", "{name}", "", "")'
         for name, (group, top, expr) in lists.items()
     ]
-    current = f"and on ({', '.join(level_labels(GPU, c))}) gpu_up"
-    return _record(ranked_name(w), "(\n  " + "\nor\n  ".join(ranked) + "\n)\n" + current)
+    return _record(ranked_name(w), "\nor\n".join(ranked))
 
 
 def _instance_layer(t: Thresholds) -> list[dict[str, str]]:
