@@ -373,7 +373,7 @@ def _alert(
     }
 
 
-def _with_workload(expr: str, owned: str, cluster: str) -> str:
+def _with_workload(expr: str, owned: str, window: str, cluster: str) -> str:
     """A per-GPU expression labelled with the workload of its GPU where the GPU has exactly one.
 
     The owners come from ``owned``, series of the same GPUs: smlens puts the owner's labels on every
@@ -384,7 +384,13 @@ def _with_workload(expr: str, owned: str, cluster: str) -> str:
     """
     workload = ", ".join(n.OWNER_LABELS)
     gpu = f"{cluster}, hostname, uuid"
-    owners = f"group by ({gpu}, {workload}) ({owned})"
+    # Where the GPU's series are gone now (the exporter restarted: an XID count starts at the
+    # exporter's start), the owners they had within the window: the alert keeps its labels, where
+    # taking none would resolve it and page again without a workload.
+    owners = (
+        f"(\n  group by ({gpu}, {workload}) ({owned})\n  or on ({gpu})\n"
+        f"  group by ({gpu}, {workload}) (last_over_time({owned}[{window}]))\n)"
+    )
     one_owner = f"count by ({gpu}) ({owners}) == 1"
     return (
         f"(\n{expr}\n) * on ({gpu}) group_left ({workload}) (\n"
@@ -414,7 +420,7 @@ def _xid_within(selector: str, window: str, cluster: str) -> str:
         f"  and on ({cluster}, hostname, uuid) (gpu_up offset {window})\n"
         f")"
     )
-    return _with_workload(grown, selector, cluster)
+    return _with_workload(grown, selector, window, cluster)
 
 
 def _dcgm_exporter_profiling_off(t: Thresholds) -> dict[str, object]:
