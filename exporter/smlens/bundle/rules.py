@@ -448,10 +448,15 @@ def _node_without_exporter(cluster: str, job: str) -> str:
     """Nodes that advertise GPUs and report none, keyed on the node (with its name as hostname too,
     so that the route groups it per node). A node whose smlens target exists but is down is left
     to SmlensExporterDown: one failure, one page. (The chart's scrape adds the node label to the
-    target; a scrape without it cannot be matched, and both alerts fire.)"""
+    target; a scrape without it cannot be matched, and both alerts fire.)
+
+    GPUs are counted as the device plugin advertises them: nvidia.com/gpu, and with MIG's mixed
+    strategy nvidia.com/mig-<profile> per profile (nvidia.com/gpu is 0 there); max per resource, so
+    two kube-state-metrics replicas count once."""
     c = cluster
+    capacity = 'kube_node_status_capacity{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"}'
     return (
-        f'label_replace(\n  max by ({c}, node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}} > 0)\n'
+        f"label_replace(\n  sum by ({c}, node) (max by ({c}, node, resource) ({capacity}) > 0)\n"
         f"  unless on ({c}, node)\n"
         f'  label_replace(max by ({c}, hostname) (gpu_up), "node", "$1", "hostname", "(.*)")\n'
         f"  unless on ({c}, node)\n"
@@ -576,10 +581,11 @@ def alerting_rules(t: Thresholds) -> list[dict[str, object]]:
             t.profiling_unavailable_for,
             "warning",
             "A Kubernetes node with GPUs has no smlens exporter reporting",
-            "Node {{ $labels.node }} advertises {{ $value }} nvidia.com/gpu (kube-state-metrics) but no"
-            " smlens exporter reports a GPU from it: the DaemonSet does not run there (node selector,"
-            " taints, resources) or runs but reads no GPU. Its GPUs are not monitored. (An exporter that runs"
-            " there but cannot be scraped raises SmlensExporterDown instead.)",
+            "Node {{ $labels.node }} advertises {{ $value }} GPU devices (nvidia.com/gpu or nvidia.com/mig-*,"
+            " kube-state-metrics) but no exporter reports a GPU from it under that name: the DaemonSet"
+            " does not run there (node selector, taints, resources) or runs but reads no GPU. Its GPUs"
+            " are not monitored. (An exporter that runs there but cannot be scraped raises"
+            " SmlensExporterDown instead.)",
         ),
         _alert(
             t,
