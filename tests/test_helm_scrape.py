@@ -23,8 +23,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ExporterFactory, free_port, require_tool, wait_ready
+from conftest import REPO, ExporterFactory, free_port, require_tool, wait_ready
 from helm_support import CHART_DIR, NAMESPACE, render
+from test_dcgm_exporter_mapping import dcgm_exporter
 
 EXPORTER_POD = {
     "__meta_kubernetes_namespace": NAMESPACE,
@@ -180,3 +181,50 @@ def test_prometheus_stores_workload_labels_and_never_the_exporter_pods(
     leaked = {s["uuid"]: s for s in series(url, "gpu_sm_active_ratio", "baseline")}
     unattributed = next(labels for labels in served if "pod" not in labels)
     assert leaked[unattributed["uuid"]]["pod"] == "smlens-x7k2p"  # what the chart's relabelings prevent
+
+
+def migration_doc_monitor() -> dict[str, Any]:
+    """The dcgm-exporter ServiceMonitor endpoint that docs/migration.md tells users to set."""
+    text = (REPO / "docs" / "migration.md").read_text()
+    start = text.index("```yaml\nhonorLabels: true", text.index("In the dcgm-exporter ServiceMonitor"))
+    block = text[start + len("```yaml\n") : text.index("```", start + 3)]
+    endpoint: dict[str, Any] = yaml.safe_load(block)
+    return endpoint
+
+
+def test_dcgm_exporter_scrape_from_the_migration_doc_leaves_unheld_gpus_unowned(
+    prometheus: Prometheus,
+) -> None:
+    """dcgm-exporter labels a GPU with its pod only where a pod holds it (transformation/kubernetes.go,
+    NVIDIA/dcgm-exporter eb95c71: the attributes are set under `if exists`). honorLabels alone lets the
+    exporter pod's target labels fill in the unheld GPU's pod; the documented relabelling does not."""
+    documented = migration_doc_monitor()
+    node_only = [r for r in documented["relabelings"] if r.get("targetLabel") == "node"]
+    with dcgm_exporter() as target:
+        prometheus.start(
+            {
+                "scrape_configs": [
+                    scrape_job(
+                        "documented",
+                        target,
+                        documented["honorLabels"],
+                        operator_relabelings("ServiceMonitor", "documented")
+                        + [prometheus_rule(r) for r in documented["relabelings"]],
+                    ),
+                    scrape_job(
+                        "honor-only",
+                        target,
+                        True,
+                        operator_relabelings("ServiceMonitor", "honor-only")
+                        + [prometheus_rule(r) for r in node_only],
+                    ),
+                ]
+            }
+        )
+        stored = {s["gpu"]: s for s in series(prometheus.url, "DCGM_FI_DEV_GPU_UTIL", "documented")}
+        leaked = {s["gpu"]: s for s in series(prometheus.url, "DCGM_FI_DEV_GPU_UTIL", "honor-only")}
+    held, unheld = stored["0"], stored["1"]
+    assert (held["namespace"], held["pod"], held["container"]) == ("ml", "train-0", "main")
+    assert not {"namespace", "pod", "container"} & unheld.keys()
+    assert unheld["exporter_pod"] == "smlens-x7k2p" and unheld["node"] == "gpu-node-1"
+    assert leaked["1"]["pod"] == "smlens-x7k2p"  # the exporter pod named as the unheld GPU's owner
