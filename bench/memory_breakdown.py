@@ -9,7 +9,7 @@ its own (RSS of a fresh interpreter after ``import X`` minus a bare one).
     python3 bench/memory_breakdown.py [--exporter-path exporter] [--settle 5] [-- extra serve flags]
 
 ``--exporter-path`` picks the source tree, so that two checkouts can be compared in one run
-(e.g. ``--exporter-path /work/main/exporter``). tracemalloc itself costs memory, so the RSS figure to
+(e.g. ``--exporter-path ../other-checkout/exporter``). tracemalloc itself costs memory, so the RSS figure to
 quote is the one printed without it (``rss without tracemalloc``).
 """
 

@@ -1,5 +1,5 @@
 """bench/rss_compare.py without a GPU: smlens on the sim node, compared with a second sim smlens standing in
-for nvitop-exporter (the lead runs the real comparison on the H200: /work/notes or docs/performance.md)."""
+for nvitop-exporter (the real comparison runs on a GPU host: docs/performance.md)."""
 
 from __future__ import annotations
 
