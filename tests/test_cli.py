@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import REPO, ExporterFactory, free_port, require_tool, run_cli
+from smlens import __version__
 
 OWNER_LABELS = {"namespace", "pod", "container"}
 
@@ -155,7 +156,7 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
 
 def test_version() -> None:
     result = run_cli("--version")
-    assert result.returncode == 0 and result.stdout.startswith("smlens ")
+    assert result.returncode == 0 and result.stdout == f"smlens {__version__}\n"
 
 
 def test_admin_token_needs_dcgm_and_a_readable_file(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """What a release ships, built here as docs/release.md builds it: the sdist and wheel (python -m build,
-twine check) and the Helm chart archive (helm package), all carrying pyproject.toml's one version."""
+twine check) and the Helm chart archive (helm package), all carrying the one version: smlens.__version__."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import yaml
 
 from conftest import REPO
 from helm_support import CHART_DIR, helm_sync
+from smlens import __version__ as VERSION
 
-VERSION = helm_sync.package_version()
 # What a fresh checkout holds; anything else in the working tree (caches, builds) stays out of the copy.
 UNTRACKED = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".venv"
@@ -37,7 +37,7 @@ def test_chart_version_is_the_semver_form_of_the_package_version(pep440: str, se
 
 @pytest.mark.parametrize("version", ["0.1", "0.1.0.post1", "0.1.0.dev2", "0.1.0+local"])
 def test_versions_helm_cannot_carry_get_one_sentence(version: str) -> None:
-    sentence = f"version '{version}' in pyproject.toml is not a release version"
+    sentence = f"version '{version}' (smlens.__version__) is not a release version"
     with pytest.raises(ValueError, match=re.escape(sentence)):
         helm_sync.chart_version(version)
 

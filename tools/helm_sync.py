@@ -14,8 +14,9 @@ alerts and dashboards exactly as regenerating them with that override would; tes
 proves that equality, and that default values render exactly rules/ and dashboards/. The thresholds
 part of values.schema.json is generated here too, so the chart rejects unknown threshold names.
 
-pyproject.toml's ``version`` is the one source of the release version: Chart.yaml's ``version`` and
-``appVersion`` (the default image tag) are written from it, in SemVer form (0.2.0rc1 -> 0.2.0-rc.1).
+``smlens.__version__`` (exporter/smlens/__init__.py) is the one source of the release version: Chart.yaml's
+``version`` and ``appVersion`` (the default image tag) are written from it, in SemVer form (0.2.0rc1 ->
+0.2.0-rc.1).
 """
 
 from __future__ import annotations
@@ -30,16 +31,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from smlens import thresholds
+from smlens import __version__, thresholds
 from smlens.bundle.files import GENERATORS
 from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "smlens"
 SHIPPED_THRESHOLDS = ROOT / "exporter" / "smlens" / "thresholds.yaml"
-PYPROJECT = ROOT / "pyproject.toml"
 # The PEP 440 versions a release may carry, and their SemVer 2 pre-release names.
 RELEASE_VERSION = re.compile(r"(\d+\.\d+\.\d+)(?:(a|b|rc)(\d+))?")
 PRE_RELEASES = {"a": "alpha", "b": "beta", "rc": "rc"}
@@ -117,16 +115,12 @@ def schema_text(current: str) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
-def package_version() -> str:
-    return str(tomllib.loads(PYPROJECT.read_text())["project"]["version"])
-
-
 def chart_version(version: str) -> str:
     """The SemVer 2 form Helm needs of a release's PEP 440 version."""
     match = RELEASE_VERSION.fullmatch(version)
     if match is None:
         raise ValueError(
-            f"version {version!r} in pyproject.toml is not a release version (X.Y.Z, optionally aN, bN or "
+            f"version {version!r} (smlens.__version__) is not a release version (X.Y.Z, optionally aN, bN or "
             "rcN); Helm needs SemVer, so the chart cannot carry it."
         )
     core, kind, number = match.groups()
@@ -146,7 +140,7 @@ def expected_files() -> dict[Path, str]:
     """Every chart file this tool owns, with the content it must have."""
     chart_yaml = CHART / "Chart.yaml"
     files = {
-        chart_yaml: chart_yaml_text(chart_yaml.read_text(), chart_version(package_version())),
+        chart_yaml: chart_yaml_text(chart_yaml.read_text(), chart_version(__version__)),
         CHART / "files" / "thresholds.yaml": SHIPPED_THRESHOLDS.read_text(),
     }
     for folder, generate in GENERATED.items():

@@ -1,8 +1,5 @@
 """smlens: GPU SM activity and occupancy beside NVML utilization, as Prometheus metrics."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("smlens")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# The one place the release version is written (docs/release.md). A literal: setuptools reads it without
+# importing smlens, and smlens needs no importlib.metadata, which would stay resident in `smlens serve`.
+__version__ = "0.1.0"
