@@ -9,33 +9,91 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import free_port
+
 EXPORTER = Path(__file__).resolve().parent.parent / "exporter"
-# Everything `smlens serve --backend sim` imports before it serves (cli._serve and runtime.build_sampler).
+# Everything `smlens serve --backend sim` imports before it serves (cli._serve and runtime.build_sampler);
+# test_serve_imports_what_serve_modules_import holds it to that.
 SERVE_MODULES = (
     "smlens.cli",
     "smlens.admin",
     "smlens.app",
+    "smlens.heap",
     "smlens.runtime",
     "smlens.serving",
     "smlens.status.history",
     "smlens.backends.registry",
+    "smlens.backends.sim",
     "smlens.attribution.setup",
 )
+# Never imported by serving without a web config file: each costs resident memory and serves nothing.
+UNNEEDED = (
+    "fastapi",
+    "pydantic",
+    "grpc",
+    "smlens.serving.webconfig_file",  # pydantic's models of the web config file
+    "bcrypt",  # only to check basic_auth_users' passwords
+    "importlib.metadata",  # smlens.__version__ is a literal
+)
+# Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
+# every page once, prints every module the process holds and ends it.
+SERVE_AND_LIST = r"""
+import json, os, sys, threading, time, traceback, urllib.request
+from smlens.cli import main
+
+base = f"http://127.0.0.1:{sys.argv[1]}"
+
+def report():
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/-/ready", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        for path in ("/metrics", "/", "/static/status.js", "/api/v1/gpus", "/api/v1/history"):
+            urllib.request.urlopen(base + path, timeout=5).read()
+        print(json.dumps(sorted(sys.modules)), flush=True)
+        os._exit(0)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+
+threading.Thread(target=report, daemon=True).start()
+main(["serve", "--backend", "sim", "--interval", "0.2", "--listen", base.removeprefix("http://")])
+"""
+
+
+def run(code: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(EXPORTER)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, env=env, timeout=60
+    )
+    return out.stdout
 
 
 def loaded(statements: str, probe: tuple[str, ...]) -> list[str]:
     """Which of ``probe`` a fresh interpreter has imported after running ``statements``."""
     report = f"print(json.dumps(sorted(p for p in {list(probe)!r} if p in sys.modules)))"
-    code = f"import json, sys\n{statements}\n{report}"
-    env = {**os.environ, "PYTHONPATH": str(EXPORTER)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    result: list[str] = json.loads(out.stdout)
+    result: list[str] = json.loads(run(f"import json, sys\n{statements}\n{report}"))
     return result
 
 
-def test_serving_loads_neither_fastapi_nor_pydantic_nor_grpc() -> None:
+def test_serving_loads_nothing_it_does_not_need() -> None:
     imports = "".join(f"import {module}\n" for module in SERVE_MODULES)
-    assert loaded(imports, ("fastapi", "pydantic", "grpc", "smlens.serving.webconfig_file")) == []
+    assert loaded(imports, UNNEEDED) == []
+
+
+def test_serve_imports_what_serve_modules_import() -> None:
+    served = set(json.loads(run(SERVE_AND_LIST, str(free_port()))))
+    assert sorted(served & set(UNNEEDED)) == []
+    imports = "".join(f"import {module}\n" for module in SERVE_MODULES)
+    listed = set(json.loads(run(f"import json, sys\n{imports}print(json.dumps(sorted(sys.modules)))")))
+
+    def own(modules: set[str]) -> set[str]:
+        return {m for m in modules if m.split(".")[0] == "smlens"}
+
+    assert own(served) == own(listed)
 
 
 def test_a_web_config_file_brings_its_schema() -> None:
@@ -43,3 +101,9 @@ def test_a_web_config_file_brings_its_schema() -> None:
     imports = "from pathlib import Path\nfrom smlens.serving.webconfig import web_config_from\n"
     assert loaded(imports, probe) == []
     assert loaded(imports + "web_config_from({}, Path('web.yml'))", probe) == list(probe)
+
+
+def test_a_password_check_brings_bcrypt() -> None:
+    imports = "from smlens.serving.webconfig import check_password\n"
+    assert loaded(imports, ("bcrypt",)) == []
+    assert loaded(imports + "check_password(b'not a hash', b'secret')", ("bcrypt",)) == ["bcrypt"]

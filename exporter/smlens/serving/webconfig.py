@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import bcrypt
-
 from smlens.errors import ConfigError
 from smlens.yamlfile import read_yaml
 
@@ -236,6 +234,8 @@ def load_web_config(path: Path) -> WebConfig:
 
 
 def check_password(hashed: bytes, password: bytes) -> bool:
+    import bcrypt  # only here: without basic_auth_users it would stay resident for nothing (0.4 MiB)
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # a malformed hash; refused at load, so only a dummy could get here
