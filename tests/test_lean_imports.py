@@ -34,6 +34,7 @@ UNNEEDED = (
     "smlens.serving.webconfig_file",  # pydantic's models of the web config file
     "bcrypt",  # only to check basic_auth_users' passwords
     "importlib.metadata",  # smlens.__version__ is a literal
+    "importlib.resources",  # the packaged files are read from their paths
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.
@@ -65,11 +66,12 @@ main(["serve", "--backend", "sim", "--interval", "0.2", "--listen", base.removep
 
 
 def run(code: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(EXPORTER)}
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, env=env, timeout=60
-    )
-    return out.stdout
+    """``code``'s output in a fresh interpreter with this one's path but without ``site``: a ``.pth`` file of
+    the environment running the tests may import modules (importlib.resources here) that smlens' image does
+    not, and hide that smlens imports them."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXPORTER), *filter(None, sys.path)])}
+    command = [sys.executable, "-S", "-c", code, *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True, env=env, timeout=60).stdout
 
 
 def loaded(statements: str, probe: tuple[str, ...]) -> list[str]:

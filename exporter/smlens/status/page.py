@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -35,7 +35,7 @@ Describe = Callable[[GpuState], dict[str, Any]]
 
 
 def _asset(name: str) -> bytes:
-    return (resources.files("smlens.status") / "static" / name).read_bytes()
+    return (Path(__file__).parent / "static" / name).read_bytes()  # as thresholds.load reads its file
 
 
 def _sequence(value: str | None) -> int | None:
