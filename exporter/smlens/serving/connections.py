@@ -10,7 +10,7 @@ useful connection of the address holding the most. Least useful: waiting for a r
 served, then waiting, then the oldest busy one. So one address cannot fill the table, a fresh client
 never waits behind silent or busy ones, and memory stays bounded whatever clients do.
 
-The HTTP/1.1 protocol is uvicorn's h11 protocol with these hooks added; TLS is started per
+The HTTP/1.1 protocol is :mod:`smlens.serving.http11` with these hooks added; TLS is started per
 connection (``loop.start_tls``) with the context in force at accept time, so a reloaded certificate
 applies to the next handshake.
 """
@@ -19,31 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import logging
 import ssl
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from uvicorn.config import Config
-from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.server import ServerState
+from starlette.types import ASGIApp
 
+from smlens.serving.http11 import Http11
 from smlens.serving.stats import ServingStats
-
-# Warnings the HTTP protocol would log once per bad request ("Invalid HTTP request received."):
-# those are counted in smlens_http_malformed_requests_total instead. Errors of the application still log.
-_QUIET = logging.getLogger("smlens.http")
-_QUIET.setLevel(logging.ERROR)
-
-
-def _not_cancelled(record: logging.LogRecord) -> bool:
-    """Drops uvicorn's "Exception in ASGI application" for requests cancelled at shutdown (counted there)."""
-    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
-
-
-_QUIET.addFilter(_not_cancelled)
 
 
 @dataclass(frozen=True)
@@ -134,25 +119,23 @@ class _Deadline:
             self._handle = None
 
 
-class HttpConnection(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with deadlines, a place in the table and counted (not logged)
-    malformed requests."""
+class HttpConnection(Http11):
+    """HTTP/1.1 with deadlines, a place in the table and counted (not logged) malformed requests."""
 
     def __init__(
-        self, config: Config, state: ServerState, table: ConnectionTable, loop: asyncio.AbstractEventLoop
+        self,
+        app: ASGIApp,
+        tasks: set[asyncio.Task[None]],
+        table: ConnectionTable,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
-        super().__init__(config, state, {}, loop)
-        self.logger = _QUIET
+        super().__init__(app, tasks, loop)
         self.requests = 0
         self._table = table
         self._deadline = _Deadline(loop, self.drop)
         self._idle = False  # between a response and the first byte of the next request
 
-    @property
-    def waiting(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
@@ -162,23 +145,18 @@ class HttpConnection(H11Protocol):
             self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
         super().data_received(data)
 
-    def handle_events(self) -> None:
-        cycle = self.cycle
-        super().handle_events()
-        if self.cycle is not cycle:  # a complete request line and headers arrived
-            self._idle = False
-            self.requests += 1
-            self._deadline.arm(self._table.limits.response_timeout, "response_timeout")
+    def request_started(self) -> None:
+        self._idle = False
+        self.requests += 1
+        self._deadline.arm(self._table.limits.response_timeout, "response_timeout")
 
-    def on_response_complete(self) -> None:
-        # Armed before the parent runs, as it may start a pipelined request that re-arms the deadline.
+    def response_complete(self) -> None:
+        # Called before a pipelined request starts, which re-arms the deadline.
         self._deadline.arm(self._table.limits.idle_timeout, "idle_timeout")
         self._idle = True
-        super().on_response_complete()
 
-    def send_400_response(self, msg: str) -> None:
+    def malformed(self) -> None:
         self._table.stats.malformed_requests += 1
-        super().send_400_response(msg)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.cancel()
@@ -189,7 +167,8 @@ class HttpConnection(H11Protocol):
         self._deadline.cancel()
         self._table.remove(self)
         self._table.stats.closed[reason] += 1
-        self.transport.abort()
+        if self.transport is not None:
+            self.transport.abort()
 
 
 def peer_sans(tls_object: ssl.SSLObject | None) -> set[str]:

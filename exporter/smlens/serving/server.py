@@ -15,10 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h11
 from starlette.types import ASGIApp
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
 from smlens.errors import SmlensError
 from smlens.serving.connections import ConnectionTable, HttpConnection, Limits, TlsGate, peer_address
@@ -87,8 +84,8 @@ class WebServer:
         self._signature = _signature(web_config.watched)
         self._checked_at = clock()
         self._table = ConnectionTable(limits, self.stats)
-        self._state = ServerState()
-        self._uvicorn: Config | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # the requests being answered
+        self._app: ASGIApp | None = None
         self._accept_errors_logged_at: float | None = None
         self._accept_errors_unlogged = 0
         self._stop: asyncio.Event | None = None
@@ -130,11 +127,11 @@ class WebServer:
         self._watch()
         loop = asyncio.get_running_loop()
         config = self.web_config
-        uvicorn_config = self._uvicorn
-        assert uvicorn_config is not None
+        app = self._app
+        assert app is not None
 
         def http() -> HttpConnection:
-            return HttpConnection(uvicorn_config, self._state, self._table, loop)
+            return HttpConnection(app, self._tasks, self._table, loop)
 
         if config.tls is None:
             return _AdmittedHttp(http(), self._table)
@@ -167,15 +164,7 @@ class WebServer:
         asyncio.run(self.serve(app))
 
     async def serve(self, app: ASGIApp, on_started: Callable[[], None] = lambda: None) -> None:
-        self._uvicorn = Config(
-            Guard(app, lambda: self.web_config, self._protect_probes),
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            lifespan="off",
-            timeout_keep_alive=int(max(self.limits.idle_timeout, 1)),
-        )
-        self._uvicorn.load()
+        self._app = Guard(app, lambda: self.web_config, self._protect_probes)
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self.handle_loop_error)
         self._stop = asyncio.Event()
@@ -195,27 +184,20 @@ class WebServer:
     async def _drain(self) -> None:
         """Closes idle connections, lets busy ones finish within SHUTDOWN_GRACE, then aborts the rest."""
         for conn in self._table:
-            if not (isinstance(conn, HttpConnection) and _shut_down(conn)):
+            if isinstance(conn, HttpConnection):
+                conn.shutdown()
+            else:
                 conn.drop("shutdown")
         deadline = self._clock() + SHUTDOWN_GRACE
         while len(self._table) and self._clock() < deadline:
             await asyncio.sleep(0.05)
         for conn in self._table:
             conn.drop("shutdown")
-        for task in list(self._state.tasks):
+        for task in list(self._tasks):
             task.cancel()
-        if self._state.tasks:
-            log.info("%d request(s) cancelled at shutdown", len(self._state.tasks))
-            await asyncio.wait(list(self._state.tasks), timeout=0.5)
-
-
-def _shut_down(conn: HttpConnection) -> bool:
-    """uvicorn's graceful shutdown: closes an idle connection, ends a busy one after its response."""
-    try:
-        conn.shutdown()
-    except h11.LocalProtocolError:  # the connection is already in h11's error state
-        return False
-    return True
+        if self._tasks:
+            log.info("%d request(s) cancelled at shutdown", len(self._tasks))
+            await asyncio.wait(list(self._tasks), timeout=0.5)
 
 
 class _AdmittedHttp(asyncio.Protocol):
