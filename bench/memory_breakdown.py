@@ -29,7 +29,7 @@ DEPENDENCIES = (
     "yaml",
     "pydantic",
     "fastapi, uvicorn",  # what smlens served with until issue 14
-    "starlette.applications, starlette.routing, starlette.responses, uvicorn",  # what it serves with now
+    "starlette.applications, starlette.routing, starlette.responses, h11",  # what it serves with now
     "grpc",  # only with pod attribution on a Kubernetes node
     "pynvml",
 )

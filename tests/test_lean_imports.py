@@ -98,6 +98,13 @@ def test_serve_imports_what_serve_modules_import() -> None:
     assert own(served) == own(listed)
 
 
+def test_serving_runs_on_its_own_http_protocol_without_uvicorn() -> None:
+    imports = "".join(f"import {module}\n" for module in SERVE_MODULES)
+    assert loaded(imports, ("uvicorn", "click", "multiprocessing", "smlens.serving.http11")) == [
+        "smlens.serving.http11"
+    ]
+
+
 def test_a_web_config_file_brings_its_schema() -> None:
     probe = ("pydantic", "smlens.serving.webconfig_file")
     imports = "from pathlib import Path\nfrom smlens.serving.webconfig import web_config_from\n"

@@ -10,6 +10,7 @@ Debian's (/usr/bin/chromium), driven by Playwright; Pillow shrinks the PNGs.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import threading
 import time
@@ -17,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import uvicorn
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
@@ -27,6 +27,7 @@ from smlens.attribution.setup import build_refresher
 from smlens.backends.sim import PROFILES, Phase, Scenario, SimBackend
 from smlens.config import resolve
 from smlens.sampler import Sampler
+from smlens.serving.http11 import Http11
 from smlens.status.history import WINDOW_SECONDS, History
 
 CHROMIUM = "/usr/bin/chromium"
@@ -78,18 +79,27 @@ def filled_history(interval: float = 1.0, seconds: float = WINDOW_SECONDS) -> tu
 def serving(publisher: Publisher, history: History, port: int) -> Iterator[str]:
     """Serve the app on 127.0.0.1:``port`` in a thread; yields its base URL."""
     app = create_app(publisher, thresholds.load(), lambda: True, history)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    loop = asyncio.new_event_loop()
+    listening = threading.Event()
+
+    def run() -> None:  # the loop lives in its thread: the caller's may run Playwright's
+        tasks: set[asyncio.Task[None]] = set()
+        server = loop.run_until_complete(
+            loop.create_server(lambda: Http11(app, tasks, loop), "127.0.0.1", port)
+        )
+        listening.set()
+        loop.run_forever()
+        server.close()
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError(f"the status page server did not start on port {port}")
-            time.sleep(0.05)
+        if not listening.wait(20):
+            raise RuntimeError(f"the status page server did not start on port {port}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
 
 

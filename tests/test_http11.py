@@ -1,0 +1,189 @@
+"""smlens' HTTP/1.1 protocol (serving/http11.py) under the whole server: WebServer on a loopback port,
+raw sockets as clients, and a small ASGI application that shows what it received."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from smlens.serving.connections import Limits
+from smlens.serving.server import WebServer, bind
+
+T = TypeVar("T")
+seen: list[dict[str, Any]] = []
+
+
+async def echo(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers ``METHOD PATH BODY-LENGTH BODY``; /boom fails before the response, /late after starting it,
+    /disconnect waits for the connection to go and records what receive gave then."""
+    seen.append(dict(scope))
+    if scope["path"] == "/boom":
+        raise RuntimeError("boom")
+    if scope["path"] == "/late":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+        raise RuntimeError("late")
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if scope["path"] == "/disconnect":
+        seen.append(await receive())
+        return
+    out = f"{scope['method']} {scope['path']} {len(body)} ".encode() + body
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(out)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+
+
+def served(client: Callable[[int], T], server_out: list[WebServer] | None = None) -> T:
+    """Runs ``client(port)`` in a thread while a WebServer serves :func:`echo` on a loopback port."""
+    seen.clear()
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = WebServer(sock, Limits(header_timeout=5, idle_timeout=5, response_timeout=5))
+    if server_out is not None:
+        server_out.append(server)
+
+    async def main() -> T:
+        started = asyncio.Event()
+        serving = asyncio.create_task(server.serve(echo, started.set))
+        await started.wait()
+        try:
+            return await asyncio.to_thread(client, port)
+        finally:
+            server.stop()
+            await serving
+
+    return asyncio.run(main())
+
+
+def exchange(port: int, *chunks: bytes, pause: float = 0.0) -> bytes:
+    """Sends ``chunks`` (``pause`` seconds apart) on one connection; everything read until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            time.sleep(pause)
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    return received
+
+
+def test_two_pipelined_requests_in_one_write_are_answered_in_order() -> None:
+    both = (
+        b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    received = served(lambda port: exchange(port, both))
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert received.index(b"GET /first 0 ") < received.index(b"GET /second 0 ")
+    assert received.endswith(b"GET /second 0 ")
+
+
+def test_head_gets_the_headers_of_get_and_no_body() -> None:
+    requests = (
+        b"HEAD /page HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    received = served(lambda port: exchange(port, *requests, pause=0.2))
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"content-length: 12" in head.split(b"\r\n")  # len(b"GET /page 0 "): the body of a GET
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")  # the next response, no body in between
+    assert rest.endswith(b"GET /next 0 ")
+
+
+def test_a_body_arriving_in_pieces_reaches_the_application_whole() -> None:
+    length = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+    received = served(lambda port: exchange(port, length + b"hello", b"world", pause=0.3))
+    assert received.endswith(b"\r\n\r\nPOST /echo 10 helloworld")
+    chunked = (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhel",
+        b"lo\r\n5\r\nworld\r\n",
+        b"0\r\n\r\n",
+    )
+    received = served(lambda port: exchange(port, *chunked, pause=0.3))
+    assert received.endswith(b"POST /echo 10 helloworld")
+
+
+def test_a_body_larger_than_the_read_buffer_and_100_continue() -> None:
+    big = bytes(range(256)) * 1024  # 256 KiB: reading pauses above 64 KiB not yet taken
+    head = f"PUT /big HTTP/1.1\r\nHost: x\r\nContent-Length: {len(big)}\r\nConnection: close\r\n\r\n"
+    received = served(lambda port: exchange(port, head.encode(), big))
+    assert received.endswith(b"PUT /big 262144 " + big)
+
+    def expect_continue(port: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            head = b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n"
+            sock.sendall(head + b"Expect: 100-continue\r\n\r\n")
+            received = sock.recv(4096)  # the client sends its body only when told to
+            sock.sendall(b"ok")
+            while data := sock.recv(4096):
+                received += data
+            return received
+
+    received = served(expect_continue)
+    assert received.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"POST /c 2 ok")
+
+
+def test_the_scope_is_asgi3_http() -> None:
+    request = b"GET /a%20b/c?x=1&y=%20 HTTP/1.1\r\nHost: h\r\nX-Mixed-Case: V\r\nConnection: close\r\n\r\n"
+    served(lambda port: exchange(port, request))
+    (scope,) = seen
+    assert scope["type"] == "http" and scope["asgi"] == {"version": "3.0", "spec_version": "2.3"}
+    assert (scope["http_version"], scope["method"], scope["scheme"]) == ("1.1", "GET", "http")
+    assert (scope["path"], scope["raw_path"], scope["query_string"]) == ("/a b/c", b"/a%20b/c", b"x=1&y=%20")
+    assert scope["root_path"] == ""
+    assert scope["headers"] == [(b"host", b"h"), (b"x-mixed-case", b"V"), (b"connection", b"close")]
+    assert scope["client"][0] == "127.0.0.1" and scope["server"][0] == "127.0.0.1"
+
+
+def test_an_application_error_is_a_500_before_the_response_and_a_close_after(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    request = b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n"  # keep-alive asked: the 500 closes it anyway
+    with caplog.at_level(logging.ERROR, "smlens.serving.http11"):
+        received = served(lambda port: exchange(port, request))
+    assert received.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert b"connection: close\r\n" in received.lower()
+    assert received.endswith(b"\r\n\r\nInternal Server Error\n")
+    (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
+    assert record.exc_info is not None and "GET /boom" in record.getMessage()
+
+    late = served(lambda port: exchange(port, b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert late.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in late.lower()
+    assert b"partial" in late and not late.endswith(b"0\r\n\r\n")  # closed without the last chunk
+
+
+def test_the_application_hears_of_a_lost_connection() -> None:
+    def leave(port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /disconnect HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.3)
+        deadline = time.monotonic() + 5
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    served(leave)
+    assert seen[1] == {"type": "http.disconnect"}
+
+
+def test_an_oversized_head_gets_431_and_is_counted_as_malformed() -> None:
+    servers: list[WebServer] = []
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000  # incomplete: h11 waits for more
+    received = served(lambda port: exchange(port, head), servers)
+    assert received.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    garbage = served(lambda port: exchange(port, b"\x00\x01 not http\r\n\r\n"), servers)
+    assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert [s.stats.malformed_requests for s in servers] == [1, 1]
+    assert seen == []  # neither reached the application
