@@ -6,15 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from starlette.types import Receive, Scope, Send
 
 from smlens.serving.connections import Limits
 from smlens.serving.server import WebServer, bind
+from smlens.serving.webconfig import PLAIN, WebConfig, load_web_config
+from tls_support import TestCA
 
 T = TypeVar("T")
 seen: list[dict[str, Any]] = []
@@ -45,12 +50,18 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": out})
 
 
-def served(client: Callable[[int], T], server_out: list[WebServer] | None = None) -> T:
+def served(
+    client: Callable[[int], T],
+    server_out: list[WebServer] | None = None,
+    web_config: WebConfig = PLAIN,
+    header_timeout: float = 5,
+) -> T:
     """Runs ``client(port)`` in a thread while a WebServer serves :func:`echo` on a loopback port."""
     seen.clear()
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = WebServer(sock, Limits(header_timeout=5, idle_timeout=5, response_timeout=5))
+    limits = Limits(header_timeout=header_timeout, idle_timeout=5, response_timeout=5)
+    server = WebServer(sock, limits, web_config)
     if server_out is not None:
         server_out.append(server)
 
@@ -187,3 +198,35 @@ def test_an_oversized_head_gets_431_and_is_counted_as_malformed() -> None:
     assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert [s.stats.malformed_requests for s in servers] == [1, 1]
     assert seen == []  # neither reached the application
+
+
+def test_over_tls_the_scheme_is_https_and_a_stalled_handshake_is_closed(tmp_path: Path) -> None:
+    ca = TestCA(tmp_path)
+    server_cert = ca.issue("server", ["localhost", "127.0.0.1"])
+    path = tmp_path / "web.yml"
+    tls = {"cert_file": str(server_cert.cert), "key_file": str(server_cert.key)}
+    path.write_text(yaml.safe_dump({"tls_server_config": tls}))
+    context = ssl.create_default_context(cafile=str(ca.path))
+
+    def client(port: int) -> tuple[bytes, float]:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="localhost") as sock,
+        ):
+            sock.sendall(b"GET /tls HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            received = b""
+            while data := sock.recv(4096):
+                received += data
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as stalled:
+            stalled.sendall(b"\x16\x03\x01")  # the start of a ClientHello, never finished
+            started = time.monotonic()
+            while stalled.recv(4096):
+                pass
+        return received, time.monotonic() - started
+
+    servers: list[WebServer] = []
+    received, stalled_for = served(client, servers, load_web_config(path), header_timeout=1)
+    assert received.endswith(b"GET /tls 0 ")
+    assert seen[0]["scheme"] == "https"
+    assert stalled_for < 3
+    assert servers[0].stats.closed["tls_handshake"] == 1
