@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Scope
 log = logging.getLogger(__name__)
 
 BODY_HIGH_WATER = 64 * 1024
-# The request line and headers must fit in this many bytes (h11's default; 431 beyond it).
+# A request line and headers still incomplete past this many bytes get a 431 (h11's default, and uvicorn's).
 MAX_HEAD_BYTES = 16 * 1024
 _PLAIN = (b"content-type", b"text/plain; charset=utf-8")
 _CLOSE = (b"connection", b"close")
