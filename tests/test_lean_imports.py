@@ -35,6 +35,9 @@ UNNEEDED = (
     "bcrypt",  # only to check basic_auth_users' passwords
     "importlib.metadata",  # smlens.__version__ is a literal
     "importlib.resources",  # the packaged files are read from their paths
+    "uvicorn",  # smlens.serving.http11 is the HTTP/1.1 protocol
+    "click",  # uvicorn's command line, imported by its package
+    "multiprocessing",  # uvicorn's supervisors, imported by its package
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.
@@ -96,13 +99,6 @@ def test_serve_imports_what_serve_modules_import() -> None:
         return {m for m in modules if m.split(".")[0] == "smlens"}
 
     assert own(served) == own(listed)
-
-
-def test_serving_runs_on_its_own_http_protocol_without_uvicorn() -> None:
-    imports = "".join(f"import {module}\n" for module in SERVE_MODULES)
-    assert loaded(imports, ("uvicorn", "click", "multiprocessing", "smlens.serving.http11")) == [
-        "smlens.serving.http11"
-    ]
 
 
 def test_a_web_config_file_brings_its_schema() -> None:
