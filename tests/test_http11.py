@@ -230,3 +230,11 @@ def test_over_tls_the_scheme_is_https_and_a_stalled_handshake_is_closed(tmp_path
     assert seen[0]["scheme"] == "https"
     assert stalled_for < 3
     assert servers[0].stats.closed["tls_handshake"] == 1
+
+
+def test_a_chunk_not_ended_by_crlf_is_refused() -> None:
+    servers: list[WebServer] = []
+    request = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"
+    received = served(lambda port: exchange(port, request), servers)
+    assert received.startswith(b"HTTP/1.1 400 Bad Request\r\n")  # h11 < 0.16 took any two bytes there
+    assert servers[0].stats.malformed_requests == 1
