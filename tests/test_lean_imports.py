@@ -38,25 +38,37 @@ UNNEEDED = (
     "uvicorn",  # smlens.serving.http11 is the HTTP/1.1 protocol
     "click",  # uvicorn's command line, imported by its package
     "multiprocessing",  # uvicorn's supervisors, imported by its package
+    "encodings.idna",  # a str host given to getaddrinfo brings it (with stringprep and unicodedata)
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.
 SERVE_AND_LIST = r"""
-import json, os, sys, threading, time, traceback, urllib.request
+import json, os, socket, sys, threading, time, traceback
 from smlens.cli import main
 
-base = f"http://127.0.0.1:{sys.argv[1]}"
+port = int(sys.argv[1])
+
+def get(path):
+    # raw: urllib would bring modules of its own (email, http.client, the idna codec) into the listed process
+    with socket.create_connection((b"127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: smlens\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
 
 def report():
     try:
         for _ in range(300):
             try:
-                urllib.request.urlopen(base + "/-/ready", timeout=1)
-                break
+                if get("/-/ready") == 200:
+                    break
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         for path in ("/metrics", "/", "/static/status.js", "/api/v1/gpus", "/api/v1/history"):
-            urllib.request.urlopen(base + path, timeout=5).read()
+            status = get(path)
+            assert status == 200, (path, status)
         print(json.dumps(sorted(sys.modules)), flush=True)
         os._exit(0)
     except BaseException:
@@ -64,7 +76,7 @@ def report():
         os._exit(1)
 
 threading.Thread(target=report, daemon=True).start()
-main(["serve", "--backend", "sim", "--interval", "0.2", "--listen", base.removeprefix("http://")])
+main(["serve", "--backend", "sim", "--interval", "0.2", "--listen", f"127.0.0.1:{port}"])
 """
 
 
