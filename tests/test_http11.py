@@ -26,11 +26,18 @@ seen: list[dict[str, Any]] = []
 
 
 async def echo(scope: Scope, receive: Receive, send: Send) -> None:
-    """Answers ``METHOD PATH BODY-LENGTH BODY``; /boom fails before the response, /late after starting it,
-    /disconnect waits for the connection to go and records what receive gave then."""
+    """Answers ``METHOD PATH BODY-LENGTH BODY``; /boom... fails before the response, /late after starting it,
+    /disconnect waits for the connection to go and records what receive gave then, /noread answers without
+    reading the body, /slow answers after 0.5 s."""
     seen.append(dict(scope))
-    if scope["path"] == "/boom":
+    if scope["path"].startswith("/boom"):
         raise RuntimeError("boom")
+    if scope["path"] == "/noread":
+        await send({"type": "http.response.start", "status": 405, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.5)
     if scope["path"] == "/late":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"partial", "more_body": True})
@@ -79,14 +86,18 @@ def served(
 
 
 def exchange(port: int, *chunks: bytes, pause: float = 0.0) -> bytes:
-    """Sends ``chunks`` (``pause`` seconds apart) on one connection; everything read until it closes."""
+    """Sends ``chunks`` (``pause`` seconds apart) on one connection; everything read until it closes (a reset
+    after the answer included: the server closes with what it did not read left unread)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         for chunk in chunks:
             sock.sendall(chunk)
             time.sleep(pause)
         received = b""
-        while data := sock.recv(65536):
-            received += data
+        try:
+            while data := sock.recv(65536):
+                received += data
+        except ConnectionResetError:
+            pass
     return received
 
 
@@ -169,7 +180,7 @@ def test_an_application_error_is_a_500_before_the_response_and_a_close_after(
     assert b"connection: close\r\n" in received.lower()
     assert received.endswith(b"\r\n\r\nInternal Server Error\n")
     (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
-    assert record.exc_info is not None and "GET /boom" in record.getMessage()
+    assert record.exc_info is not None and "GET '/boom'" in record.getMessage()
 
     late = served(lambda port: exchange(port, b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"))
     assert late.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in late.lower()
@@ -238,3 +249,95 @@ def test_a_chunk_not_ended_by_crlf_is_refused() -> None:
     received = served(lambda port: exchange(port, request), servers)
     assert received.startswith(b"HTTP/1.1 400 Bad Request\r\n")  # h11 < 0.16 took any two bytes there
     assert servers[0].stats.malformed_requests == 1
+
+
+def test_content_length_with_transfer_encoding_is_refused() -> None:
+    servers: list[WebServer] = []
+    # A proxy framing by Content-Length would forward "\r\nGET /smuggled ..." as the next request.
+    request = (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    received = served(lambda port: exchange(port, request), servers)
+    assert received.startswith(b"HTTP/1.1 400 Bad Request\r\n") and received.count(b"HTTP/1.1") == 1
+    assert seen == [] and servers[0].stats.malformed_requests == 1
+
+
+def test_a_response_before_the_body_arrived_closes_the_connection() -> None:
+    def told_no(port: int) -> bytes:
+        """A client waiting for 100-continue gets a final answer instead: it sends no body, but a request."""
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            head = b"POST /noread HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nExpect: 100-continue\r\n"
+            sock.sendall(head + b"\r\n")
+            received = sock.recv(4096)
+            sock.sendall(b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            try:
+                while data := sock.recv(4096):
+                    received += data
+            except ConnectionResetError:  # the server closed with the request unread
+                pass
+            return received
+
+    servers: list[WebServer] = []
+    received = served(told_no, servers)
+    assert received.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+    assert b"connection: close" in received.lower() and received.count(b"HTTP/1.1") == 1
+    assert [s["path"] for s in seen] == ["/noread"] and servers[0].stats.malformed_requests == 0
+
+    def streams_on(port: int) -> int:
+        """Bytes of an unread body the server took after answering, before it closed."""
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"POST /noread HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 405")
+            sent, chunk = 0, bytes(65536)
+            try:
+                while sent < 256 * 1024 * 1024:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:  # reset by the server
+                pass
+            return sent
+
+    assert served(streams_on) < 64 * 1024 * 1024
+
+
+def test_bytes_after_a_request_that_closes_are_ignored_and_not_read() -> None:
+    servers: list[WebServer] = []
+    request = b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    received = served(lambda port: exchange(port, request, b"\r\n", pause=0.2), servers)  # a stray CRLF
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"GET /slow 0 ")
+    assert servers[0].stats.malformed_requests == 0
+
+    def streams_on(port: int) -> tuple[int, bytes]:
+        """Bytes the server let in after the request while answering it, and the answer."""
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(request)
+            sent, chunk = 0, bytes(65536)
+            try:
+                while sent < 256 * 1024 * 1024:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:  # the socket buffers are full (a timeout), or the server answered and closed
+                pass
+            return sent, sock.recv(4096)
+
+    sent, answer = served(streams_on)
+    assert sent < 64 * 1024 * 1024 and answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_complete_head_over_the_limit_gets_431_however_it_arrives() -> None:
+    servers: list[WebServer] = []
+    fields = b"".join(b"X-%d: v\r\n" % n for n in range(2500))  # 20 KiB in one write: one read, complete
+    head = b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n"
+    received = served(lambda port: exchange(port, head), servers)
+    assert received.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert seen == [] and servers[0].stats.malformed_requests == 1
+    at_limit = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 15000 + b"\r\nConnection: close\r\n\r\n"
+    assert served(lambda port: exchange(port, at_limit)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_request_path_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, "smlens.serving.http11"):
+        served(lambda port: exchange(port, b"GET /boom%0d%0aFORGED:%20line HTTP/1.1\r\nHost: x\r\n\r\n"))
+    (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
+    assert "\n" not in record.getMessage() and "\r" not in record.getMessage()

@@ -20,7 +20,8 @@ from starlette.types import ASGIApp, Message, Scope
 log = logging.getLogger(__name__)
 
 BODY_HIGH_WATER = 64 * 1024
-# A request line and headers still incomplete past this many bytes get a 431 (h11's default, and uvicorn's).
+# A request line and headers past this many bytes get a 431 (h11's default, and uvicorn's). h11 checks it only
+# while a head is incomplete; _refusal checks a complete one, which may arrive in one read of up to 256 KiB.
 MAX_HEAD_BYTES = 16 * 1024
 _PLAIN = (b"content-type", b"text/plain; charset=utf-8")
 _CLOSE = (b"connection", b"close")
@@ -31,6 +32,17 @@ def _reason(status: int) -> bytes:
         return http.HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
+
+
+def _refusal(request: h11.Request) -> int | None:
+    """The status for a request h11 parsed but smlens refuses, if any."""
+    size = len(request.method) + len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers)
+    if size > MAX_HEAD_BYTES:
+        return 431
+    names = {name for name, _ in request.headers}
+    if {b"content-length", b"transfer-encoding"} <= names:  # RFC 9112 6.1: smuggling through a proxy
+        return 400
+    return None
 
 
 def _address(value: object) -> tuple[str, int] | None:
@@ -61,7 +73,8 @@ class Exchange:
             connection = self._connection
             if connection.h11.they_are_waiting_for_100_continue:
                 connection.write(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
-            connection.resume_reading()
+            if connection.h11.their_state is h11.SEND_BODY:  # else nothing more of this request is to come
+                connection.resume_reading()
             await self.arrived.wait()
             self.arrived.clear()
         if self.disconnected or self.complete:
@@ -78,7 +91,9 @@ class Exchange:
         kind = message["type"]
         if not self.started and kind == "http.response.start":
             headers = list(message.get("headers", ()))
-            if not self.keep_alive:
+            # Answered before its body arrived (or was asked for, with 100-continue): the rest of the body
+            # cannot be told from a next request without reading it all, so the connection ends here.
+            if not self.keep_alive or connection.h11.their_state is h11.SEND_BODY:
                 headers.append(_CLOSE)
             status = int(message["status"])
             connection.write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
@@ -140,7 +155,8 @@ class Http11(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
-        if self.transport.is_closing():
+        # After a request that ends the connection, nothing more is read as HTTP (RFC 9112 9.6).
+        if self.transport.is_closing() or self.h11.their_state is h11.MUST_CLOSE:
             return
         self.h11.receive_data(data)
         self._process()
@@ -195,19 +211,21 @@ class Http11(asyncio.Protocol):
                 return
             exchange = self.exchange
             if isinstance(event, h11.Request):
+                status = _refusal(event)
+                if status is not None:
+                    self._refuse(status)
+                    return
                 self._start(event)
-            elif isinstance(event, h11.Data) and exchange is not None and not exchange.complete:
+            elif isinstance(event, h11.Data) and exchange is not None:
                 exchange.body += event.data
                 if len(exchange.body) > BODY_HIGH_WATER:
                     self.pause_reading()
                 exchange.arrived.set()
             elif isinstance(event, h11.EndOfMessage) and exchange is not None:
-                if exchange.complete:  # answered before its body ended
-                    self._next_cycle()
-                    continue
                 exchange.more_body = False
                 exchange.arrived.set()
-                if self.h11.their_state is h11.MUST_CLOSE:
+                if self.h11.their_state is h11.MUST_CLOSE:  # no next request: nothing more to read
+                    self.pause_reading()
                     return
             elif isinstance(event, h11.ConnectionClosed):
                 return
@@ -236,7 +254,7 @@ class Http11(asyncio.Protocol):
             await self._app(exchange.scope, exchange.receive, exchange.send)
         except Exception:
             scope = exchange.scope
-            log.exception("error answering %s %s", scope["method"], scope["path"])
+            log.exception("error answering %s %r", scope["method"], scope["path"])
             if not exchange.started and self.h11.our_state is h11.SEND_RESPONSE:
                 await self._error_500(exchange)
             else:
@@ -244,7 +262,7 @@ class Http11(asyncio.Protocol):
             return
         if exchange.disconnected or exchange.complete:
             return
-        log.error("the application returned without completing the response to %s", exchange.scope["path"])
+        log.error("the application returned without completing the response to %r", exchange.scope["path"])
         if exchange.started:
             self.transport.close()
         else:
@@ -265,10 +283,7 @@ class Http11(asyncio.Protocol):
             self.transport.close()
             return
         self.response_complete()
-        if self.h11.their_state is h11.DONE:
-            self._next_cycle()
-        else:  # the rest of a body the application did not read: read on, discard it
-            self.resume_reading()
+        self._next_cycle()
 
     def _next_cycle(self) -> None:
         self.h11.start_next_cycle()
