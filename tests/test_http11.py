@@ -9,6 +9,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -341,3 +342,12 @@ def test_a_request_path_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture)
         served(lambda port: exchange(port, b"GET /boom%0d%0aFORGED:%20line HTTP/1.1\r\nHost: x\r\n\r\n"))
     (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
     assert "\n" not in record.getMessage() and "\r" not in record.getMessage()
+
+
+def test_every_response_has_a_date() -> None:
+    ok = served(lambda port: exchange(port, b"GET /d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    refused = served(lambda port: exchange(port, b"\x00 not http\r\n\r\n"))
+    for received in (ok, refused):
+        fields = dict(line.split(b": ", 1) for line in received.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:])
+        date = parsedate_to_datetime(fields[b"date"].decode())
+        assert abs(date.timestamp() - time.time()) < 5 and fields[b"date"].endswith(b" GMT")

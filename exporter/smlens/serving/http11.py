@@ -10,8 +10,11 @@ yet taken by the application pauses reading too, and a full write buffer makes t
 from __future__ import annotations
 
 import asyncio
+import functools
 import http
 import logging
+import time
+from email.utils import formatdate
 from urllib.parse import unquote
 
 import h11
@@ -32,6 +35,12 @@ def _reason(status: int) -> bytes:
         return http.HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
+
+
+@functools.lru_cache(maxsize=1)
+def _http_date(second: int) -> tuple[bytes, bytes]:
+    """The Date header (RFC 9110 6.6.1: every response of a server with a clock), made once a second."""
+    return (b"date", formatdate(second, usegmt=True).encode())
 
 
 def _refusal(request: h11.Request) -> int | None:
@@ -95,6 +104,8 @@ class Exchange:
             # cannot be told from a next request without reading it all, so the connection ends here.
             if not self.keep_alive or connection.h11.their_state is h11.SEND_BODY:
                 headers.append(_CLOSE)
+            if not any(name.lower() == b"date" for name, _ in headers):
+                headers.append(_http_date(int(time.time())))
             status = int(message["status"])
             connection.write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
             self.started = True
@@ -298,7 +309,8 @@ class Http11(asyncio.Protocol):
             self.exchange.abandon()
         if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             body = f"{status} {_reason(status).decode()}\n".encode()
-            headers = [_PLAIN, (b"content-length", str(len(body)).encode()), _CLOSE]
+            length = (b"content-length", str(len(body)).encode())
+            headers = [_PLAIN, length, _CLOSE, _http_date(int(time.time()))]
             self.write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
             self.write(h11.Data(data=body))
             self.write(h11.EndOfMessage())
