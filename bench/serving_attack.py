@@ -10,12 +10,16 @@ checkout, and optionally a baseline such as the commit before the serving layer)
   at their peak, and after they close (target: back within 10 MiB of the start);
 - malformed: log lines written for 2,000 malformed requests (one connection each);
 - shutdown: seconds from SIGTERM to exit while a client pipelines requests and never reads (target < 5);
+- unread body: a POST /metrics announcing 100 GB, which the exporter answers (405) without reading, the client
+  streaming on for ``--unread-seconds``: MiB it got to send after the answer and the server's CPU seconds
+  meanwhile (target: the connection ends, a few MiB of socket buffers at most);
 - busy: ``--busy`` connections that keep pipelining, for ``--busy-seconds``, while a fresh client on
   127.0.0.1 scrapes /metrics every 0.3 s; the share of its scrapes answered 200 (target: 1.00).
   Variants: /-/healthy from one address (127.0.0.2, no web config); a wrong password from one address;
   changing wrong passwords spread over 127.0.0.2-127.0.0.8 (basic auth with a cost-10 bcrypt hash).
 
     python3 bench/serving_attack.py [--baseline-tree DIR] [--hold 20] [--half-open 8000] [--busy 70]
+        [--unread-seconds 5]
 
 A baseline tree is made with e.g. ``git archive 5cdcb91 exporter | tar -x -C /tmp/before``, then
 ``--baseline-tree /tmp/before/exporter``.
@@ -243,6 +247,29 @@ def shutdown_with_stuck_client(tree: Path) -> dict[str, float]:
         return {"sigterm_exit_s": seconds, "requests_pipelined": float(sent)}
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def unread_body(tree: Path, seconds: float) -> dict[str, float]:
+    with Exporter(tree) as exporter:
+        assert exporter.proc is not None
+        cpu = cpu_seconds(exporter.proc.pid)
+        with socket.create_connection(("127.0.0.1", exporter.port), timeout=2) as sock:
+            sock.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
+            status = int(sock.recv(4096).split(b" ", 2)[1])
+            sent, chunk = 0, bytes(256 * 1024)
+            until = time.monotonic() + seconds
+            with contextlib.suppress(OSError):  # closed by the server, or a timeout: it stopped reading
+                while time.monotonic() < until:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+        cpu = cpu_seconds(exporter.proc.pid) - cpu
+        exporter.stop()
+        return {"status": float(status), "mib_sent_after_answer": sent / MIB, "server_cpu_s": cpu}
+
+
 def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
@@ -334,6 +361,7 @@ def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, float]:
         "half_open": lambda: half_open_attack(tree, args.half_open, args.trickle_rounds),
         "malformed": lambda: malformed_flood(tree, args.malformed),
         "shutdown": lambda: shutdown_with_stuck_client(tree),
+        "unread_body": lambda: unread_body(tree, args.unread_seconds),
         "busy": lambda: busy_attack(tree, args.busy, args.busy_seconds),
     }
     results = {}
@@ -358,10 +386,13 @@ def main() -> int:
     parser.add_argument("--half-open", type=int, default=8000, help="half-open connections")
     parser.add_argument("--trickle-rounds", type=int, default=5, help="one byte per connection per second")
     parser.add_argument("--malformed", type=int, default=2000, help="malformed requests")
+    parser.add_argument("--unread-seconds", type=float, default=5.0, help="seconds of an unread body sent")
     parser.add_argument("--busy", type=int, default=70, help="busy pipelining connections")
     parser.add_argument("--busy-seconds", type=float, default=10.0, help="seconds each busy variant runs")
     parser.add_argument(
-        "--only", choices=["silent", "half_open", "malformed", "shutdown", "busy"], help="one scenario"
+        "--only",
+        choices=["silent", "half_open", "malformed", "shutdown", "unread_body", "busy"],
+        help="one scenario",
     )
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
