@@ -254,6 +254,26 @@ class DcgmBackend(Backend):
         mig: MigLayouts | None = None,
     ) -> None:
         self._b = bindings
+        structs, value = bindings.structs, bindings.value
+        # what a status or a sentinel value means, built once: _absent runs for every value of every tick
+        self._status_reasons = {
+            structs.DCGM_ST_NO_DATA: "no_data",
+            structs.DCGM_ST_NOT_WATCHED: "not_watched",
+            structs.DCGM_ST_NOT_SUPPORTED: "not_supported",
+            structs.DCGM_ST_NO_PERMISSION: "no_permission",
+            structs.DCGM_ST_STALE_DATA: "stale",
+            structs.DCGM_ST_GPU_IS_LOST: "gpu_lost",
+        }
+        self._fp64_sentinels = {
+            value.DCGM_FP64_NOT_SUPPORTED: "not_supported",
+            value.DCGM_FP64_NOT_PERMISSIONED: "no_permission",
+            value.DCGM_FP64_NOT_FOUND: "not_found",
+        }
+        self._int64_sentinels = {
+            value.DCGM_INT64_NOT_SUPPORTED: "not_supported",
+            value.DCGM_INT64_NOT_PERMISSIONED: "no_permission",
+            value.DCGM_INT64_NOT_FOUND: "not_found",
+        }
         self._mig = mig
         self._address = address
         self._interval = interval
@@ -603,40 +623,23 @@ class DcgmBackend(Backend):
 
     def _absent(self, value: Any) -> tuple[str | None, float]:
         """(why a DCGM field value is absent, or None; its number). Blanks are DCGM's sentinels."""
-        structs, value_mod, fields = self._b.structs, self._b.value, self._b.fields
         status = int(value.status)
-        if status != structs.DCGM_ST_OK:
-            reasons = {
-                structs.DCGM_ST_NO_DATA: "no_data",
-                structs.DCGM_ST_NOT_WATCHED: "not_watched",
-                structs.DCGM_ST_NOT_SUPPORTED: "not_supported",
-                structs.DCGM_ST_NO_PERMISSION: "no_permission",
-                structs.DCGM_ST_STALE_DATA: "stale",
-                structs.DCGM_ST_GPU_IS_LOST: "gpu_lost",
-            }
-            return reasons.get(status, "dcgm_error"), 0.0
+        if status != self._b.structs.DCGM_ST_OK:
+            return self._status_reasons.get(status, "dcgm_error"), 0.0
         kind = chr(int(value.fieldType))
         raw: float | int
-        if kind == fields.DCGM_FT_DOUBLE:
+        if kind == self._b.fields.DCGM_FT_DOUBLE:
             raw = float(value.value.dbl)
-            blank = value_mod.DCGM_FP64_IS_BLANK(raw)
-            special = {
-                value_mod.DCGM_FP64_NOT_SUPPORTED: "not_supported",
-                value_mod.DCGM_FP64_NOT_PERMISSIONED: "no_permission",
-                value_mod.DCGM_FP64_NOT_FOUND: "not_found",
-            }
-        elif kind == fields.DCGM_FT_INT64:
+            blank = self._b.value.DCGM_FP64_IS_BLANK(raw)
+            sentinels = self._fp64_sentinels
+        elif kind == self._b.fields.DCGM_FT_INT64:
             raw = int(value.value.i64)
-            blank = value_mod.DCGM_INT64_IS_BLANK(raw)
-            special = {
-                value_mod.DCGM_INT64_NOT_SUPPORTED: "not_supported",
-                value_mod.DCGM_INT64_NOT_PERMISSIONED: "no_permission",
-                value_mod.DCGM_INT64_NOT_FOUND: "not_found",
-            }
+            blank = self._b.value.DCGM_INT64_IS_BLANK(raw)
+            sentinels = self._int64_sentinels
         else:
             return "unexpected_type", 0.0
         if blank:
-            return special.get(raw, "blank"), 0.0
+            return sentinels.get(raw, "blank"), 0.0
         return None, float(raw)
 
     def _reading(self, watch: _Watch, values: Any, now: float) -> Reading:
