@@ -59,15 +59,9 @@ def fill_timestamps(stamps: np.ndarray, interval_ns: int) -> tuple[np.ndarray, i
     fit, are dropped. Returns the rows to keep and how many were placed."""
     keep = np.ones(len(stamps), dtype=bool)
     untimed = (stamps[:, 0] == 0) & (stamps[:, 1] == 0)
+    edges_of_runs = np.flatnonzero(np.diff(np.concatenate(([0], untimed.view(np.int8), [0]))))
     filled = 0
-    i = 0
-    while i < len(stamps):
-        if not untimed[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(stamps) and untimed[j]:
-            j += 1
+    for i, j in zip(edges_of_runs[::2].tolist(), edges_of_runs[1::2].tolist(), strict=True):
         k = j - i
         if i > 0 and j < len(stamps):
             before, after = int(stamps[i - 1, 1]), int(stamps[j, 0])
@@ -76,8 +70,6 @@ def fill_timestamps(stamps: np.ndarray, interval_ns: int) -> tuple[np.ndarray, i
                 edges = before + np.rint(np.arange(k + 1) * slot).astype(np.int64)
                 stamps[i:j, 0], stamps[i:j, 1] = edges[:-1], edges[1:]
                 filled += k
-                i = j
                 continue
         keep[i:j] = False
-        i = j
     return keep, filled
