@@ -760,40 +760,50 @@ class DcgmBackend(Backend):
         self._drop_instance_watch(session, gpu.uuid)
         field_ids = tuple(f for f in watch.plan.watched if WANTED_FIELDS[f] in n.INSTANCE_ACTIVITIES)
         fresh = _InstanceWatch(entities, field_ids)
+        after = dict(entities)
         if current is not None:  # an instance read through the same entity loses no interval
-            same = set(current.entities) & set(entities)
-            fresh.cursors = {i: c for i, c in current.cursors.items() if (i, before[i]) in same}
+            fresh.cursors = {i: c for i, c in current.cursors.items() if after.get(i) == before[i]}
         session.instance_watches[gpu.uuid] = fresh
         if entities and field_ids:
             # One group for all; if DCGM refuses it, one group per instance, so that only the instances
             # DCGM refuses go without values (at most 7 groups of DCGM's 64, and only then).
-            batches = [entities] if len(entities) == 1 else [entities, *([e] for e in entities)]
-            for batch in batches:
-                try:
-                    fresh.made += self._watch(session, field_ids, (), [entity for _, entity in batch])
-                except self._b.structs.DCGMError as exc:
-                    if self._connection_lost(exc):
-                        raise
-                    if len(batch) == 1:
-                        instance = batch[0][0]
-                        fresh.refused.add(instance)
-                        again = current is not None and instance in current.refused
-                        log.log(
-                            logging.DEBUG if again else logging.WARNING,
-                            "GPU %d: DCGM refused to watch GPU instance %d (%s); trying again every %.0f s",
-                            gpu.index,
-                            instance.gpu_instance,
-                            exc,
-                            WATCH_RETRY_SECONDS,
-                        )
-                    continue
-                if batch is entities:
-                    break
+            if not self._try_watch(session, gpu, fresh, current, entities) and len(entities) > 1:
+                for entity in entities:
+                    self._try_watch(session, gpu, fresh, current, (entity,))
             fresh.retry_at = now + WATCH_RETRY_SECONDS
         for instance in () if current is None else current.refused - fresh.refused:
-            if instance in dict(entities):
+            if instance in after:
                 log.info("GPU %d: DCGM watches GPU instance %d again", gpu.index, instance.gpu_instance)
         return fresh
+
+    def _try_watch(
+        self,
+        session: _Session,
+        gpu: GpuIdentity,
+        fresh: _InstanceWatch,
+        current: _InstanceWatch | None,
+        batch: tuple[tuple[MigInstance, int], ...],
+    ) -> bool:
+        """Watch ``batch``'s entities in one group; a refusal of a single instance is recorded and logged."""
+        try:
+            fresh.made += self._watch(session, fresh.field_ids, (), [entity for _, entity in batch])
+        except self._b.structs.DCGMError as exc:
+            if self._connection_lost(exc):
+                raise
+            if len(batch) == 1:
+                instance = batch[0][0]
+                fresh.refused.add(instance)
+                again = current is not None and instance in current.refused
+                log.log(
+                    logging.DEBUG if again else logging.WARNING,
+                    "GPU %d: DCGM refused to watch GPU instance %d (%s); trying again every %.0f s",
+                    gpu.index,
+                    instance.gpu_instance,
+                    exc,
+                    WATCH_RETRY_SECONDS,
+                )
+            return False
+        return True
 
     def _drop_instance_watch(self, session: _Session, uuid: str) -> None:
         old = session.instance_watches.pop(uuid, None)
