@@ -36,23 +36,33 @@ DEPENDENCIES = (
 
 # Runs in the child: serve on the main thread while another scrapes, then reports on the process and exits.
 _CHILD = r"""
-import json, os, re, sys, threading, time, tracemalloc, urllib.request
+import json, os, re, socket, sys, threading, time, tracemalloc
 traced = os.environ.get("SMLENS_BENCH_TRACE") == "1"
 if traced:
     tracemalloc.start(1)
 from smlens.cli import main
 port, settle, flags = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-url = f"http://127.0.0.1:{port}"
+
+def status_of(path):
+    # Plain HTTP on a socket: urllib.request would load modules smlens serve does not (http.client, email),
+    # and a str host the idna codec.
+    with socket.create_connection((b"127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: smlens\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
 
 def report():
     for _ in range(200):
         try:
-            if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
+            if status_of("/-/ready") == 200:
                 break
         except Exception:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     for _ in range(20):
-        urllib.request.urlopen(url + "/metrics", timeout=5).read()
+        status_of("/metrics")
     time.sleep(settle)
 
     def kib(field, text):
