@@ -15,6 +15,16 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from smlens.process_metrics import ProcessCollector
 from smlens.textformat import OPENMETRICS_EOF, render
 
+# In the order prometheus_client's ProcessCollector gives them; counters named without _total.
+PROCESS_FAMILIES = [
+    "process_virtual_memory_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_cpu_seconds",
+    "process_open_fds",
+    "process_max_fds",
+]
+
 
 def frozen_proc(root: Path, command: bytes = b"python3") -> Path:
     """/proc/stat and /proc/self/{stat,limits,fd} as this process has them now, its command name replaced."""
@@ -44,14 +54,7 @@ def test_process_families_are_prometheus_clients(
 ) -> None:
     proc = frozen_proc(tmp_path, command)
     families = ProcessCollector(proc).collect()
-    assert [f.name for f in families] == [
-        "process_virtual_memory_bytes",
-        "process_resident_memory_bytes",
-        "process_start_time_seconds",
-        "process_cpu_seconds",
-        "process_open_fds",
-        "process_max_fds",
-    ]
+    assert [f.name for f in families] == PROCESS_FAMILIES
     ours = render(families, openmetrics_format) + (OPENMETRICS_EOF if openmetrics_format else b"")
     assert ours == oracle(proc, openmetrics_format)
     assert b"\nprocess_open_fds 7.0\n" in ours

@@ -27,6 +27,7 @@ from conftest import REPO, free_port, require_tool, run_cli
 from smlens import thresholds
 from smlens.app import Publisher, create_app
 from smlens.status.history import History
+from test_process_metrics import PROCESS_FAMILIES
 from tls_support import Issued, TestCA
 
 AUTH = ("prometheus", "scrape-secret")
@@ -413,14 +414,7 @@ def test_process_metrics_are_exported_and_both_formats_are_valid(serve: Launcher
         process = {
             name: family.samples[0].value for name, family in parsed.items() if name.startswith("process_")
         }
-        assert process.keys() == {
-            "process_virtual_memory_bytes",
-            "process_resident_memory_bytes",
-            "process_start_time_seconds",
-            "process_cpu_seconds",
-            "process_open_fds",
-            "process_max_fds",
-        }
+        assert list(process) == PROCESS_FAMILIES
         rss = int(vmrss.split()[1]) * 1024
         assert abs(process["process_resident_memory_bytes"] - rss) <= 0.1 * rss
         assert process["process_virtual_memory_bytes"] >= process["process_resident_memory_bytes"]

@@ -22,13 +22,13 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.utils import floatToGoString
 
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
-from smlens.backends.sim import SimBackend, load_scenario
+from smlens.backends.sim import load_scenario
 from smlens.collector import SnapshotCollector
 from smlens.metricfamily import CounterMetricFamily, GaugeMetricFamily, Metric
 from smlens.model import Allocation, Attribution, Snapshot, SourceState, Workload, WorkloadUsage
-from smlens.sampler import Sampler
 from smlens.serving.stats import ServingStats
 from smlens.textformat import OPENMETRICS_EOF, format_value, render
+from test_golden import sampled
 
 
 @dataclass(frozen=True)
@@ -197,19 +197,7 @@ def snapshot(tmp_path: Path) -> Snapshot:
         "  - mig: [{mig_profile: 3g.71gb, profile: healthy}, {mig_profile: 1g.18gb, profile: hollow}]\n"
         "  - {profile: idle, unreadable: [power_watts, profiling]}\n"
     )
-    now = [0.0]
-    sampler = Sampler(
-        SimBackend(load_scenario(scenario), seed=3),
-        [],
-        hostname='node "a"\\b',
-        interval=1.0,
-        clock=lambda: now[0],
-        wall=lambda: 1_800_000_000.0 + now[0],
-    )
-    sampler.open()
-    for tick in range(4):
-        now[0] = float(tick)
-        taken = sampler.tick()
+    taken = sampled(load_scenario(scenario), hostname='node "a"\\b')
     u = [gpu.identity.uuid for gpu in taken.gpus]
     a, b = Workload("ml", "a", "main"), Workload("ml", "b\n", "side")
     attribution = Attribution(
