@@ -29,6 +29,7 @@ from smlens.model import Allocation, Attribution, Snapshot, SourceState, Workloa
 from smlens.serving.stats import ServingStats
 from smlens.textformat import OPENMETRICS_EOF, format_value, render
 from test_golden import sampled
+from test_lean_imports import loaded
 
 
 @dataclass(frozen=True)
@@ -236,3 +237,20 @@ def test_a_whole_node_renders_as_main_rendered_it_with_prometheus_client(
     families += stats.collect()
     expected = oracle([as_prometheus_client(f) for f in families], openmetrics_format)
     assert ours(families, openmetrics_format) == expected
+
+
+def test_no_smlens_module_imports_prometheus_client() -> None:
+    """Every module, not only serve's (tests/test_lean_imports.py): check, profile, the bundle generator,
+    every backend and attribution source."""
+    every_module = (
+        "import pkgutil, smlens\n"
+        "for found in pkgutil.walk_packages(smlens.__path__, 'smlens.'):\n"
+        "    if not found.name.endswith('__main__'):\n"
+        "        __import__(found.name)\n"
+    )
+    assert loaded(
+        every_module, ("prometheus_client", "smlens.profile.cupti_session", "smlens.bundle.rules")
+    ) == [
+        "smlens.bundle.rules",
+        "smlens.profile.cupti_session",
+    ]
