@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client import CollectorRegistry, generate_latest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
@@ -41,6 +40,7 @@ from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
 from smlens.collector import SnapshotCollector  # noqa: E402
 from smlens.model import GpuIdentity, Snapshot  # noqa: E402
 from smlens.sampler import Sampler  # noqa: E402
+from smlens.textformat import render as render_text  # noqa: E402
 
 HOSTNAME = "bench-node"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
@@ -119,9 +119,7 @@ def sim_snapshot(attribution_source: AttributionRefresher | None) -> Snapshot:
 
 
 def render(snapshot: Snapshot) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    return generate_latest(registry)
+    return render_text(SnapshotCollector(snapshot).collect(), openmetrics=False)
 
 
 def exporter_latency(args: list[str], scrapes: int) -> dict[str, float]:

@@ -50,7 +50,6 @@ from typing import Any
 
 import httpx
 import yaml
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,6 +61,7 @@ from promstack import substitute  # noqa: E402
 from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
 from smlens.collector import SnapshotCollector  # noqa: E402
 from smlens.sampler import Sampler  # noqa: E402
+from smlens.textformat import render as render_text  # noqa: E402
 
 GPUS = 8
 TEMPLATE_SECONDS = 60
@@ -102,9 +102,7 @@ def template(scrape: float) -> list[Series]:
         now[0] = step * scrape
         snapshot = sampler.tick()
         if step in (1, int(TEMPLATE_SECONDS / scrape)):
-            registry = CollectorRegistry()
-            registry.register(SnapshotCollector(snapshot))
-            renders.append(generate_latest(registry).decode())
+            renders.append(render_text(SnapshotCollector(snapshot).collect(), openmetrics=False).decode())
     first: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for render, into in zip(renders, (first, last), strict=True):

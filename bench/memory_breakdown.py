@@ -21,6 +21,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,25 +37,19 @@ DEPENDENCIES = (
     "pynvml",
 )
 
-# Runs in the child: serve on the main thread while another scrapes, then reports on the process and exits.
+# Runs in the child: serve on the main thread; another thread waits until the parent has scraped (a line on
+# stdin: the child makes no HTTP request, whose client modules smlens serve does not load), then reports on
+# the process and exits.
 _CHILD = r"""
-import json, os, re, sys, threading, time, tracemalloc, urllib.request
+import json, os, re, sys, threading, time, tracemalloc
 traced = os.environ.get("SMLENS_BENCH_TRACE") == "1"
 if traced:
     tracemalloc.start(1)
 from smlens.cli import main
 port, settle, flags = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-url = f"http://127.0.0.1:{port}"
 
 def report():
-    for _ in range(200):
-        try:
-            if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
-                break
-        except Exception:
-            time.sleep(0.1)
-    for _ in range(20):
-        urllib.request.urlopen(url + "/metrics", timeout=5).read()
+    sys.stdin.readline()
     time.sleep(settle)
 
     def kib(field, text):
@@ -112,20 +109,45 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def scrape(url: str, process: subprocess.Popen[str]) -> None:
+    """Once ready, 20 scrapes of /metrics, as Prometheus would make."""
+    for _ in range(200):
+        if process.poll() is not None:
+            return
+        try:
+            if urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    for _ in range(20):
+        urllib.request.urlopen(url + "/metrics", timeout=5).read()
+
+
 def child(exporter_path: str, settle: float, flags: list[str], traced: bool) -> dict[str, object]:
     trace = "1" if traced else "0"
     env = {**os.environ, "PYTHONPATH": pythonpath(exporter_path), "SMLENS_BENCH_TRACE": trace}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(free_port()), str(settle), *flags],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        sys.exit(f"the exporter did not report (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    port = free_port()
+    with (
+        tempfile.TemporaryFile("w+") as log,
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(port), str(settle), *flags],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        ) as process,
+    ):
+        try:
+            scrape(f"http://127.0.0.1:{port}", process)
+            out, _ = process.communicate("scraped\n", timeout=120)
+        finally:
+            process.kill()
+        log.seek(0)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if not lines:
+            sys.exit(f"the exporter did not report (exit {process.returncode}): {log.read().strip()[-500:]}")
     result: dict[str, object] = json.loads(lines[-1])
     return result
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from smlens.attribution import sim_layout
@@ -24,6 +23,7 @@ from smlens.model import (
     WorkloadUsage,
 )
 from smlens.sampler import Sampler
+from smlens.textformat import render as render_text
 
 A = Workload("ml", "a", "main")
 B = Workload("ml", "b", "main")
@@ -40,10 +40,9 @@ def snapshot_with(attribution: Attribution) -> Snapshot:
 
 
 def render(snapshot: Snapshot) -> dict[str, list[dict[str, str]]]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
     found: dict[str, list[dict[str, str]]] = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    text = render_text(SnapshotCollector(snapshot).collect(), openmetrics=False).decode()
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found.setdefault(sample.name, []).append({**sample.labels, "value": str(sample.value)})
     return found

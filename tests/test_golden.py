@@ -13,6 +13,7 @@ import pytest
 
 from smlens.backends.sim import Scenario, SimBackend, load_scenario
 from smlens.exposition import Exposition
+from smlens.model import Snapshot
 from smlens.sampler import Sampler
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -33,12 +34,13 @@ VOLATILE = (
 )
 
 
-def render(scenario: Scenario) -> str:
+def sampled(scenario: Scenario, hostname: str = "golden-node") -> Snapshot:
+    """The snapshot after four ticks, one second apart on fixed clocks."""
     now = [0.0]
     sampler = Sampler(
         SimBackend(scenario, seed=42),
         [],
-        hostname="golden-node",
+        hostname=hostname,
         interval=1.0,
         clock=lambda: now[0],
         wall=lambda: 1_800_000_000.0 + now[0],
@@ -47,7 +49,11 @@ def render(scenario: Scenario) -> str:
     for tick in range(4):
         now[0] = float(tick)
         snapshot = sampler.tick()
-    exposition = Exposition(snapshot, wall=lambda: 1_800_000_004.0)
+    return snapshot
+
+
+def render(scenario: Scenario) -> str:
+    exposition = Exposition(sampled(scenario), wall=lambda: 1_800_000_004.0)
     text = exposition.respond(openmetrics=False, gzip=False).body.decode()
     # Timing and runtime-version values differ per machine: keep the series, blank the value.
     return "".join(

@@ -39,6 +39,11 @@ UNNEEDED = (
     "click",  # uvicorn's command line, imported by its package
     "multiprocessing",  # uvicorn's supervisors, imported by its package
     "encodings.idna",  # a str host given to getaddrinfo brings it (with stringprep and unicodedata)
+    "prometheus_client",  # smlens.textformat writes both formats; prometheus_client is the tests' oracle
+    "http.server",  # prometheus_client's exposition module brought these four for its own servers
+    "socketserver",
+    "urllib.request",
+    "wsgiref",
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.

@@ -242,9 +242,8 @@ class XidSource(Devices):
 
 
 def test_xid_label_values_are_bounded_by_the_catalog() -> None:
-    from prometheus_client import CollectorRegistry, generate_latest
-
     from smlens.collector import SnapshotCollector
+    from smlens.textformat import render
 
     clock = Clock()
     sampler = Sampler(XidSource(), [], hostname="node-a", interval=1.0, clock=clock)
@@ -257,9 +256,7 @@ def test_xid_label_values_are_bounded_by_the_catalog() -> None:
     assert totals["13"] == 500 + (13 in catalog_codes)
     assert sum(totals.values()) == 1000
     assert [n.xid_label(code) for code in (0, 1, 172, 173)] == ["other", "1", "172", "other"]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    text = generate_latest(registry).decode()
+    text = render(SnapshotCollector(snapshot).collect(), openmetrics=False).decode()
     lines = [line for line in text.splitlines() if line.startswith("gpu_xid") and 'uuid="GPU-0"' in line]
     assert len(lines) == len(totals) <= n.XID_CATALOG_LAST + 1
     assert lines[-1].endswith(f'xid="other"}} {float(totals["other"])}')

@@ -20,11 +20,14 @@ import httpx
 import pytest
 import yaml
 from bench.serving_attack import basic, busy_clients
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from conftest import REPO, free_port, run_cli
+from conftest import REPO, free_port, require_tool, run_cli
 from smlens import thresholds
 from smlens.app import Publisher, create_app
 from smlens.status.history import History
+from test_process_metrics import PROCESS_FAMILIES
 from tls_support import Issued, TestCA
 
 AUTH = ("prometheus", "scrape-secret")
@@ -391,19 +394,35 @@ def test_head_works_on_every_get_endpoint(serve: Launcher) -> None:
     assert httpx.head(served.base + "/nowhere").status_code == 404
 
 
-def test_process_metrics_are_exported(serve: Launcher) -> None:
+def test_process_metrics_are_exported_and_both_formats_are_valid(serve: Launcher) -> None:
+    """smlens writes /metrics without prometheus_client: promtool and prometheus_client's strict
+    OpenMetrics parser judge the bodies, and the process_* values are this process' own."""
+    before = time.time()
     served = serve()
-    text = httpx.get(served.base + "/metrics").text
-    for name in (
-        "process_resident_memory_bytes",
-        "process_cpu_seconds_total",
-        "process_open_fds",
-        "process_max_fds",
-    ):
-        assert f"\n{name} " in text
+    pid = served.process.pid
+    text = httpx.get(served.base + "/metrics").content
+    checked = subprocess.run(
+        [require_tool("promtool"), "check", "metrics"], input=text, capture_output=True, timeout=30
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, b"", b"")
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    (vmrss,) = (line for line in status if line.startswith("VmRSS:"))
     openmetrics = httpx.get(served.base + "/metrics", headers={"Accept": "application/openmetrics-text"}).text
     assert openmetrics.count("# EOF") == 1 and openmetrics.endswith("# EOF\n")
-    assert "\nprocess_open_fds " in openmetrics
+    families = {family.name: family for family in parse_openmetrics(openmetrics)}
+    for parsed in (families, {family.name: family for family in parse_text(text.decode())}):
+        process = {
+            name: family.samples[0].value for name, family in parsed.items() if name.startswith("process_")
+        }
+        assert list(process) == PROCESS_FAMILIES
+        rss = int(vmrss.split()[1]) * 1024
+        assert abs(process["process_resident_memory_bytes"] - rss) <= 0.1 * rss
+        assert process["process_virtual_memory_bytes"] >= process["process_resident_memory_bytes"]
+        # /proc/stat's boot time is in whole seconds: the start time may read up to 1 s early.
+        assert before - 1 <= process["process_start_time_seconds"] <= time.time()
+        assert 0 < process["process_cpu_seconds"] <= (time.time() - before) * (os.cpu_count() or 1)
+        assert 3 <= process["process_open_fds"] <= process["process_max_fds"]
+    assert families["process_cpu_seconds"].type == "counter"
 
 
 def test_port_in_use_gets_one_sentence_before_anything_starts() -> None:

@@ -10,12 +10,10 @@ import itertools
 import platform
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from smlens import __version__, instance_metrics
 from smlens import names as n
 from smlens.attribution import metrics as attribution_metrics
+from smlens.metricfamily import Collector, CounterMetricFamily, GaugeMetricFamily, Metric
 from smlens.model import GpuState, Snapshot
 
 RATIO_GAUGES: Sequence[tuple[str, str, str]] = (

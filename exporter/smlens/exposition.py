@@ -12,20 +12,18 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client import exposition as text_format
-from prometheus_client.openmetrics import exposition as openmetrics_format
-
 from smlens.collector import SnapshotCollector
+from smlens.metricfamily import CollectorRegistry
 from smlens.model import Snapshot
+from smlens.process_metrics import ProcessCollector
+from smlens.textformat import OPENMETRICS_EOF, render
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the format every Prometheus 2.x parses
-OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _AGE_HEADER = (
     b"# HELP smlens_snapshot_age_seconds Age of the served snapshot when this scrape was answered.\n"
     b"# TYPE smlens_snapshot_age_seconds gauge\n"
 )
-_EOF = b"# EOF\n"
 
 
 class _Body:
@@ -54,16 +52,13 @@ class Response:
 def live_registry() -> CollectorRegistry:
     """Metrics read at each scrape rather than per snapshot: the standard process_* family (memory, CPU,
     file descriptors of this process), and whatever the server registers (its connection counters)."""
-    registry = CollectorRegistry(auto_describe=False)
-    ProcessCollector(registry=registry)
+    registry = CollectorRegistry()
+    registry.register(ProcessCollector())
     return registry
 
 
 def render_live(registry: CollectorRegistry, openmetrics: bool) -> bytes:
-    if openmetrics:
-        rendered: bytes = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
-        return rendered.removesuffix(_EOF)
-    return text_format.generate_latest(registry)
+    return render(registry.collect(), openmetrics)
 
 
 class Exposition:
@@ -83,13 +78,7 @@ class Exposition:
         with self._lock:
             body = self._bodies.get(openmetrics)
             if body is None:
-                registry = CollectorRegistry(auto_describe=False)
-                registry.register(SnapshotCollector(self.snapshot))
-                if openmetrics:
-                    rendered: bytes = openmetrics_format.generate_latest(registry)  # type: ignore[no-untyped-call]
-                    body = _Body(rendered.removesuffix(_EOF))
-                else:
-                    body = _Body(text_format.generate_latest(registry))
+                body = _Body(render(SnapshotCollector(self.snapshot).collect(), openmetrics))
                 self._bodies[openmetrics] = body
             return body
 
@@ -102,5 +91,5 @@ class Exposition:
         tail = live + _AGE_HEADER + f"smlens_snapshot_age_seconds {self.age():.3f}\n".encode()
         content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         if openmetrics:
-            tail += _EOF
+            tail += OPENMETRICS_EOF
         return Response(body.gzipped(tail) if gzip else body.plain(tail), content_type, gzip)

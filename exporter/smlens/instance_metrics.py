@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from smlens import names as n
+from smlens.metricfamily import CounterMetricFamily, GaugeMetricFamily, Metric
 from smlens.model import GpuIdentity, InstanceState, MigInstance, Snapshot
 from smlens.names import INSTANCE_LABELS
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
-
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES, SIM
+from smlens.metricfamily import GaugeMetricFamily, Metric, Sample
 from smlens.model import Attribution, GpuIdentity, Workload
 from smlens.names import GPU_INSTANCE, GPU_LABELS, OWNER_LABELS, SLURM_JOB, UUID
 

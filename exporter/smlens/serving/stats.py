@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from smlens.metricfamily import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CLOSE_REASONS = (
     "per_address",  # dropped to keep its client address within its share of --web-max-connections
@@ -20,7 +20,7 @@ CLOSE_REASONS = (
 )
 
 
-@dataclass(eq=False)  # registered in a CollectorRegistry, which hashes it
+@dataclass
 class ServingStats:
     open_connections: int = 0
     closed: Counter[str] = field(default_factory=Counter)
