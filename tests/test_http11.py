@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from starlette.types import Receive, Scope, Send
 
+from smlens.asgi import Receive, Scope, Send
 from smlens.serving.connections import Limits
 from smlens.serving.server import WebServer, bind
 from smlens.serving.webconfig import PLAIN, WebConfig, load_web_config

@@ -44,6 +44,11 @@ UNNEEDED = (
     "socketserver",
     "urllib.request",
     "wsgiref",
+    "starlette",  # smlens.routing holds the routes
+    "anyio",  # Starlette's thread pool and streams: plain handlers run on asyncio's
+    "sniffio",
+    "python_multipart",  # imported by starlette.requests whenever it is installed
+    "typing_extensions",  # Starlette's; pydantic's too, with a web config file
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.

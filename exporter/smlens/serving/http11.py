@@ -18,7 +18,8 @@ from email.utils import formatdate
 from urllib.parse import unquote
 
 import h11
-from starlette.types import ASGIApp, Message, Scope
+
+from smlens.asgi import ASGIApp, Message, Scope
 
 log = logging.getLogger(__name__)
 
