@@ -292,22 +292,10 @@ def test_admin_answers(tmp_path: Path) -> None:
     check("GET", "/admin/profiling/pause", 405, {"detail": "Method Not Allowed"}, ("allow", "POST"), **BEARER)
     check("POST", "/admin/profiling", 405, {"detail": "Method Not Allowed"}, ("allow", "GET, HEAD"))
     check("GET", "/admin", 404, {"detail": "Not Found"})
-    control.error = BackendError("this node's GPUs cannot pause profiling", reason="not_supported")
-    check(
-        "POST",
-        "/admin/profiling/pause",
-        409,
-        {"error": str(control.error), "reason": "not_supported"},
-        **BEARER,
-    )
-    control.error = BackendError("no hostengine", reason="hostengine_unreachable")
-    check(
-        "POST",
-        "/admin/profiling/pause",
-        503,
-        {"error": str(control.error), "reason": "hostengine_unreachable"},
-        **BEARER,
-    )
+    for reason, status in (("not_supported", 409), ("hostengine_unreachable", 503)):
+        control.error = BackendError(f"cannot pause: {reason}", reason=reason)
+        answer = {"error": str(control.error), "reason": reason}
+        check("POST", "/admin/profiling/pause", status, answer, **BEARER)
     head = http.head("/admin/profiling", headers=BEARER)
     assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "16")
     slash = http.post("/admin/profiling/pause/", headers=BEARER)
