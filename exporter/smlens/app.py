@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from smlens import __version__
 from smlens import names as n
 from smlens.exposition import Exposition, live_registry, render_live
@@ -18,7 +20,7 @@ from smlens.verdict import latest as verdict_of
 
 
 class App(Router):
-    """The exporter's application: smlens' own routes (on Starlette, serve's RSS was ~2 MiB larger, on
+    """The exporter's application: smlens' own routes (on Starlette, serve's RSS was 1.3 MiB larger, on
     FastAPI 7.7 MiB more still: docs/performance.md, "Memory") and their OpenAPI document, made from the
     YAML after ``---`` in each handler's docstring. The document is not served; the tests fuzz with it."""
 
@@ -26,8 +28,6 @@ class App(Router):
         self.routes.extend(router.routes)
 
     def openapi(self) -> dict[str, Any]:
-        import yaml
-
         paths: dict[str, dict[str, Any]] = {}
         for route in self.routes:
             operation = yaml.safe_load((route.endpoint.__doc__ or "").split("---")[-1])
