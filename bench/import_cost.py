@@ -25,7 +25,7 @@ from pathlib import Path
 
 EXPORTER = Path(__file__).resolve().parent.parent / "exporter"
 OWN = "smlens.app,smlens.admin,smlens.status"
-DEFAULT_BLOCKS = ("starlette,anyio,sniffio,python_multipart,multipart", "asyncio,h11,smlens.serving")
+DEFAULT_BLOCKS = ("asyncio,h11,smlens.serving",)  # Starlette, the first estimate, is gone (smlens.routing)
 _CHILD = """
 import gc, json, sys
 blocked = json.loads(sys.argv[1])

@@ -32,7 +32,8 @@ DEPENDENCIES = (
     "yaml",
     "pydantic",
     "fastapi, uvicorn",  # what smlens served with until issue 14
-    "starlette.applications, starlette.routing, starlette.responses, h11",  # what it serves with now
+    "starlette.applications, starlette.routing, starlette.responses, h11",  # until smlens.routing
+    "smlens.routing, h11",  # what it serves with now (asyncio: smlens.serving)
     "grpc",  # only with pod attribution on a Kubernetes node
     "pynvml",
 )

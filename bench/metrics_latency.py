@@ -6,6 +6,10 @@ keep-alive HTTP on loopback, their ratio (target: /metrics median within 3x of /
 exporter's CPU seconds per sampling tick per GPU while nobody scrapes, and its RSS.
 
     python3 bench/metrics_latency.py [--gpus 8] [--requests 2000] [--interval 1.0] [--idle 20]
+    python3 bench/metrics_latency.py --other-tree OLD/exporter [--requests 2000]
+
+With ``--other-tree``, it serves this tree and the other side by side and times the same requests on both,
+alternating which goes first, then prints each endpoint's medians and their ratio (this tree to the other).
 """
 
 from __future__ import annotations
@@ -71,16 +75,8 @@ def scalar(text: str, name: str) -> float:
     raise KeyError(name)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--idle", type=float, default=60.0, help="seconds without scrapes for the CPU figure")
-    args = parser.parse_args()
-
+def start(tree: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+    """``smlens serve`` from ``tree`` (an exporter folder) and its base URL, once it is ready."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -99,22 +95,71 @@ def main() -> int:
             "--log-level",
             "warning",
         ],
-        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                print("exporter did not become ready", file=sys.stderr)
-                return 1
-            time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(base + "/-/ready", timeout=1).status_code == 200:
+                return process, base
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise SystemExit(f"the exporter of {tree} did not become ready")
+        time.sleep(0.1)
 
+
+ENDPOINTS = (
+    ("/metrics (plain)", "/metrics", {"Accept-Encoding": "identity"}),
+    ("/metrics (gzip)", "/metrics", {"Accept-Encoding": "gzip"}),
+    ("/metrics (OpenMetrics+gzip)", "/metrics", {"Accept-Encoding": "gzip", "Accept": PROMETHEUS_ACCEPT}),
+    ("/-/healthy", "/-/healthy", {"Accept-Encoding": "identity"}),
+)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Both trees served at once; each request goes to both, in alternating order."""
+    servers = [start(REPO / "exporter", args), start(args.other_tree, args)]
+    try:
+        clients = [httpx.Client(base_url=base, timeout=10) for _, base in servers]
+        time.sleep(2 * args.interval)
+        print(f"this tree against {args.other_tree}, {args.requests} requests per endpoint each")
+        print(f"{'endpoint':<28}{'this ms':>10}{'other ms':>10}{'ratio':>8}")
+        # and the two JSON pages: /api/v1/history's handler runs on a thread pool, /api/v1/gpus' on the loop
+        for label, path, headers in (*ENDPOINTS, *((p, p, {}) for p in ("/api/v1/history", "/api/v1/gpus"))):
+            timed: list[list[float]] = [[], []]
+            for i in range(50 + args.requests):
+                for side in (i % 2, 1 - i % 2):
+                    began = time.perf_counter()
+                    clients[side].get(path, headers=headers).raise_for_status()
+                    if i >= 50:
+                        timed[side].append(time.perf_counter() - began)
+            this, other = (statistics.median(t) for t in timed)
+            print(f"{label:<28}{this * 1e3:>10.3f}{other * 1e3:>10.3f}{this / other:>8.3f}")
+        return 0
+    finally:
+        for process, _ in servers:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds without scrapes for the CPU figure")
+    parser.add_argument("--other-tree", type=Path, help="another exporter folder, timed side by side")
+    args = parser.parse_args()
+    if args.other_tree is not None:
+        return compare(args)
+
+    process, base = start(REPO / "exporter", args)
+    try:
         time.sleep(2 * args.interval)
         # The tick count comes from /api/v1/gpus, which renders no metrics, so the idle CPU figure
         # holds the sampler (and the idle server) alone. /proc's CPU clock ticks at 10 ms: keep --idle long.
@@ -129,12 +174,9 @@ def main() -> int:
 
         rss_before = rss_mib(process.pid)
         with httpx.Client(base_url=base, timeout=10) as client:
-            plain = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "identity"})
-            gz = latencies(client, "/metrics", args.requests, {"Accept-Encoding": "gzip"})
-            om = latencies(
-                client, "/metrics", args.requests, {"Accept-Encoding": "gzip", "Accept": PROMETHEUS_ACCEPT}
-            )
-            healthy = latencies(client, "/-/healthy", args.requests, {"Accept-Encoding": "identity"})
+            timed = {
+                label: latencies(client, path, args.requests, headers) for label, path, headers in ENDPOINTS
+            }
             size = len(client.get("/metrics", headers={"Accept-Encoding": "identity"}).content)
         series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
@@ -143,21 +185,15 @@ def main() -> int:
             f"{series} series, {size / 1024:.1f} KiB per plain scrape"
         )
         print(
-            f"RSS {rss_before:.1f} MiB before the {4 * args.requests} timed requests, "
+            f"RSS {rss_before:.1f} MiB before the {len(ENDPOINTS) * args.requests} timed requests, "
             f"{rss_mib(process.pid):.1f} MiB after"
         )
         print(f"{'endpoint':<28}{'median ms':>10}{'p99 ms':>10}")
-        for label, values in (
-            ("/metrics (plain)", plain),
-            ("/metrics (gzip)", gz),
-            ("/metrics (OpenMetrics+gzip)", om),
-            ("/-/healthy", healthy),
-        ):
+        for label, values in timed.items():
             median, p99 = summary(values)
             print(f"{label:<28}{median * 1e3:>10.3f}{p99 * 1e3:>10.3f}")
-        ratio_plain = summary(plain)[0] / summary(healthy)[0]
-        ratio_gzip = summary(gz)[0] / summary(healthy)[0]
-        ratio_om = summary(om)[0] / summary(healthy)[0]
+        plain, gz, om, healthy = (summary(values)[0] for values in timed.values())
+        ratio_plain, ratio_gzip, ratio_om = plain / healthy, gz / healthy, om / healthy
         print(
             f"ratio /metrics median / /-/healthy median: plain {ratio_plain:.2f}x, gzip {ratio_gzip:.2f}x, "
             f"OpenMetrics+gzip {ratio_om:.2f}x "

@@ -9,14 +9,15 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from email.utils import parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import yaml
-from starlette.types import Receive, Scope, Send
 
+from smlens.asgi import Receive, Scope, Send
+from smlens.serving import http11
 from smlens.serving.connections import Limits
 from smlens.serving.server import WebServer, bind
 from smlens.serving.webconfig import PLAIN, WebConfig, load_web_config
@@ -342,6 +343,13 @@ def test_a_request_path_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture)
         served(lambda port: exchange(port, b"GET /boom%0d%0aFORGED:%20line HTTP/1.1\r\nHost: x\r\n\r\n"))
     (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
     assert "\n" not in record.getMessage() and "\r" not in record.getMessage()
+
+
+def test_the_date_is_what_email_utils_would_write() -> None:
+    days = range(1_700_000_000, 1_700_000_000 + 400 * 86400, 86400 + 3599)  # every weekday, month, hour
+    seconds = [0, 951782400, 2**31, 4102444799, *days]  # 1970, 2000-02-29, 2038, 2099-12-31 23:59:59
+    for second in seconds:
+        assert http11._http_date(second) == (b"date", formatdate(second, usegmt=True).encode()), second
 
 
 def test_every_response_has_a_date() -> None:

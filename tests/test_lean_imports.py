@@ -44,6 +44,15 @@ UNNEEDED = (
     "socketserver",
     "urllib.request",
     "wsgiref",
+    "starlette",  # smlens.routing holds the routes
+    "anyio",  # Starlette's thread pool and streams: plain handlers run on asyncio's
+    "sniffio",
+    "python_multipart",  # imported by starlette.requests whenever it is installed
+    "typing_extensions",  # Starlette's; pydantic's too, with a web config file
+    "http.client",  # Starlette's and prometheus_client's imports
+    "mimetypes",
+    "html",
+    "email",  # the same, and email.utils for the Date header, which serving/http11.py now writes itself
 )
 # Runs `smlens serve --backend sim` on the main thread while another thread waits until it is ready, requests
 # every page once, prints every module the process holds and ends it.

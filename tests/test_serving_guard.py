@@ -7,20 +7,21 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from smlens.routing import PlainTextResponse, Route, Router
 from smlens.serving import guard
 from smlens.serving.guard import Guard
 from smlens.serving.webconfig import check_password, web_config_from
 
+OK = Router(
+    [Route(path, lambda _: PlainTextResponse("OK")) for path in ("/metrics", "/-/healthy", "/-/ready")]
+)
+
 
 def _client(tmp_path: Path, protect_probes: bool) -> TestClient:
     config = web_config_from({"rate_limit": {"interval": "1s", "burst": 2}}, tmp_path / "web.yml")
-    ok = Route("/{path:path}", lambda _: PlainTextResponse("OK"))
-    return TestClient(Guard(Starlette(routes=[ok]), lambda: config, protect_probes, clock=lambda: 0.0))
+    return TestClient(Guard(OK, lambda: config, protect_probes, clock=lambda: 0.0))
 
 
 def test_rate_limit_leaves_the_probes_to_the_kubelet(tmp_path: Path) -> None:
@@ -46,8 +47,7 @@ def test_wrong_passwords_are_hashed_once_and_a_few_per_address(
     monkeypatch.setattr(guard, "check_password", counting)
     users = {"basic_auth_users": {"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(4)).decode()}}
     config = web_config_from(users, tmp_path / "web.yml")
-    ok = Route("/{path:path}", lambda _: PlainTextResponse("OK"))
-    app = Guard(Starlette(routes=[ok]), lambda: config, clock=lambda: 0.0)
+    app = Guard(OK, lambda: config, clock=lambda: 0.0)
     attacker = TestClient(app, client=("127.0.0.2", 1234))
     for _ in range(20):
         assert attacker.get("/metrics", auth=("prometheus", "wrong")).status_code == 401
@@ -62,8 +62,7 @@ def test_wrong_passwords_are_hashed_once_and_a_few_per_address(
 def test_a_user_name_that_is_not_utf8_is_an_unknown_user(tmp_path: Path) -> None:
     users = {"basic_auth_users": {"\ufffd": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()}}
     config = web_config_from(users, tmp_path / "web.yml")
-    ok = Route("/{path:path}", lambda _: PlainTextResponse("OK"))
-    client = TestClient(Guard(Starlette(routes=[ok]), lambda: config))
+    client = TestClient(Guard(OK, lambda: config))
 
     def auth(user: bytes) -> dict[str, str]:
         return {"Authorization": "Basic " + base64.b64encode(user + b":pw").decode()}

@@ -13,12 +13,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route, Router
-
 from smlens.backends.base import ProfilingControl
 from smlens.errors import BackendError, ConfigError
+from smlens.routing import JSONResponse, Request, Route, Router
 
 MIN_TOKEN_LENGTH = 16
 
@@ -92,7 +89,7 @@ def profiling_router(control: ProfilingControl, token: str) -> Router:
             return JSONResponse({"error": str(exc), "reason": exc.reason}, status_code=status)
         return state()
 
-    # Plain functions: Starlette runs them on its thread pool, so a slow hostengine never blocks /metrics.
+    # Plain functions: they run on a thread pool (smlens.routing), so a slow hostengine never blocks /metrics.
     def get_state(request: Request) -> JSONResponse:
         """Is DCGM profiling paused?
         ---

@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from starlette.types import ASGIApp
-
+from smlens.asgi import ASGIApp
 from smlens.serving.http11 import Http11
 from smlens.serving.stats import ServingStats
 

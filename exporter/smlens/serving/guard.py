@@ -15,8 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
+from smlens.asgi import ASGIApp, Message, Receive, Scope, Send
 from smlens.serving.webconfig import WebConfig, check_password
 
 PROBES = frozenset({"/-/healthy", "/-/ready"})

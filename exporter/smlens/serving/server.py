@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from starlette.types import ASGIApp
-
+from smlens.asgi import ASGIApp
 from smlens.errors import SmlensError
 from smlens.serving.connections import ConnectionTable, HttpConnection, Limits, TlsGate, peer_address
 from smlens.serving.guard import Guard

@@ -13,12 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, Router
-
 from smlens import __version__
 from smlens.model import GpuState
+from smlens.routing import JSONResponse, Request, Response, Route, Router
 from smlens.status.history import MAX_VALUES_PER_ANSWER, SERIES, History, owners
 
 # Same-origin only: the page must work on an air-gapped cluster and must not leak node data.
@@ -78,7 +75,7 @@ def status_router(history: History, describe: Describe) -> Router:
             return Response("no such static file\n", status_code=404, media_type="text/plain")
         return Response(assets[name], media_type=STATIC[name], headers=headers)
 
-    # A plain function: Starlette runs it on its thread pool, so a full window never blocks /metrics.
+    # A plain function: it runs on a thread pool (smlens.routing), so a full window never blocks /metrics.
     def history_json(request: Request) -> Response:
         """The timelines of every GPU over the window, the points after ``after`` only if it is given.
         ---
