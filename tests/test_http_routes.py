@@ -219,28 +219,17 @@ def test_head_answers_as_get_without_a_body(served: Served, path: str) -> None:
 )
 def test_a_trailing_slash_redirects_to_the_route(served: Served, method: str, path: str, target: str) -> None:
     response = served.ask(method, path)
-    location = f"http://127.0.0.1:{served.port}{target}"
     assert (response.status_code, response.content) == (307, b"")
-    assert headers_of(response) == [("content-length", "0"), ("location", location)]
+    assert headers_of(response) == [("content-length", "0"), ("location", target)]
 
 
 @pytest.mark.parametrize(
-    ("host", "authority"),
-    [
-        ("exporter.example:8080", "exporter.example:8080"),
-        ("exporter.example", "exporter.example"),
-        ("[::1]:99", "[::1]:99"),
-        ("bad/host", None),  # not a host: the server's own address
-        ("exporter.example:99999", None),
-        ("[not-ipv6]", None),
-    ],
+    "host", ["exporter.example:8080", "[::1]:99", "evil.example", "bad/host", "exporter.example:99999", ""]
 )
-def test_a_redirect_names_the_host_asked_for_when_it_is_one(
-    served: Served, host: str, authority: str | None
-) -> None:
+def test_a_redirect_names_the_path_only_whatever_the_host(served: Served, host: str) -> None:
+    """Starlette wrote the Host header back into an absolute Location; smlens never writes it back."""
     response = served.ask("GET", "/-/ready/", Host=host)
-    expected = f"http://{authority or f'127.0.0.1:{served.port}'}/-/ready"
-    assert (response.status_code, response.headers["location"]) == (307, expected)
+    assert (response.status_code, response.headers["location"]) == (307, "/-/ready")
 
 
 class Control:
@@ -299,10 +288,7 @@ def test_admin_answers(tmp_path: Path) -> None:
     head = http.head("/admin/profiling", headers=BEARER)
     assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "16")
     slash = http.post("/admin/profiling/pause/", headers=BEARER)
-    assert (slash.status_code, slash.headers["location"]) == (
-        307,
-        "http://127.0.0.1:10132/admin/profiling/pause",
-    )
+    assert (slash.status_code, slash.headers["location"]) == (307, "/admin/profiling/pause")
 
 
 def raw(served: Served, request_line: str) -> tuple[str, bytes]:

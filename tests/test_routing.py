@@ -41,9 +41,11 @@ async def call(app: Router, request: dict[str, Any]) -> list[Message]:
 def test_a_plain_handler_runs_off_the_event_loop_and_does_not_hold_it_up() -> None:
     release = threading.Event()
     threads: dict[str, int] = {}
+    names: dict[str, str] = {}
 
     def slow(request: Request) -> Response:
         threads["slow"] = threading.get_ident()
+        names["slow"] = threading.current_thread().name
         release.wait(10)
         return PlainTextResponse("slow")
 
@@ -65,6 +67,7 @@ def test_a_plain_handler_runs_off_the_event_loop_and_does_not_hold_it_up() -> No
     assert (quick_sent[1]["body"], slow_sent[1]["body"]) == (b"quick", b"slow")
     assert threads["quick"] == threading.get_ident()  # asyncio.run's loop runs on this thread
     assert threads["slow"] != threading.get_ident()
+    assert names["slow"].startswith("smlens-handler")  # not asyncio's default pool, which the guard uses
 
 
 def test_a_handler_reads_the_first_header_and_the_last_query_value() -> None:
@@ -94,3 +97,32 @@ def test_a_redirect_without_a_server_address_is_relative() -> None:
     request = {**scope("/metrics/", b"a=1"), "server": None}
     start = asyncio.run(call(Router([Route("/metrics", lambda _: Response())]), request))[0]
     assert (start["status"], dict(start["headers"])[b"location"]) == (307, b"/metrics?a=1")
+
+
+def test_a_redirect_escapes_what_a_location_cannot_carry() -> None:
+    request = scope("/metrics/", "a=é b&c=%41/?:@!$'()*+,;".encode("latin-1"))
+    start = asyncio.run(call(Router([Route("/metrics", lambda _: Response())]), request))[0]
+    assert dict(start["headers"])[b"location"] == b"/metrics?a=%E9%20b&c=%41/?:@!$'()*+,;"
+
+
+def test_no_redirect_to_a_location_that_would_name_another_host() -> None:
+    request = scope("//evil.example/")
+    start = asyncio.run(call(Router([Route("//evil.example", lambda _: Response())]), request))[0]
+    assert start["status"] == 404
+
+
+def test_headers_a_handler_gives_are_not_repeated() -> None:
+    response = Response(
+        b"a,b\n", headers={"Content-Type": "text/csv", "Content-Length": "4"}, media_type="text/plain"
+    )
+    assert response.headers == [(b"content-type", b"text/csv"), (b"content-length", b"4")]
+
+
+def test_methods_are_listed_once_in_upper_case() -> None:
+    async def ok(request: Request) -> Response:
+        return Response()
+
+    post = {**scope("/x"), "method": "POST"}
+    for methods in (["GET", "HEAD"], ["get", "head", "GET"], ["GET"]):
+        start = asyncio.run(call(Router([Route("/x", ok, methods=methods)]), post))[0]
+        assert (start["status"], dict(start["headers"])[b"allow"]) == (405, b"GET, HEAD"), methods

@@ -1,34 +1,30 @@
 """smlens' routes as one ASGI application: path templates, methods (HEAD with every GET), the 405 with its
 ``Allow``, the 404, and the redirect of a path that matches a route once a trailing slash is added or
-removed; each answer as the Starlette routes this replaced gave it (tests/test_http_routes.py pins them).
+removed; each answer as the Starlette routes this replaced gave it (tests/test_http_routes.py pins them),
+except that the redirect names only the path: the Host header is never written back to a client.
 
-A plain (not async) handler runs on asyncio's default thread pool, so that a slow one never holds up the
-event loop that serves /metrics.
+A plain (not async) handler runs on a thread pool of its own, so that a slow one never holds up the event
+loop that serves /metrics, nor waits behind the guard's password checks on asyncio's default pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
-import ipaddress
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, quote_from_bytes
 
 from smlens.asgi import Receive, Scope, Send
 
 _PARAMETER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
-# A Host header that is a host: a name, an IPv6 literal or an IPvFuture (RFC 3986 3.2.2), an optional port.
-_HOST = re.compile(
-    r"(?P<host>[a-z0-9._~%!$&'()*+,;=-]+"
-    r"|\[(?:(?P<ipv6>[a-f0-9]*:[a-f0-9.:]+)|(?-i:v)[a-f0-9]+\.[a-z0-9._~!$&'()*+,;=:-]+)\])"
-    r"(?::(?P<port>[0-9]+))?",
-    re.IGNORECASE,
-)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+HANDLER_THREADS = 4  # plain handlers are quick reads of state (admin, history); a few suffice
 
 
 class Request:
@@ -70,8 +66,10 @@ class Response:
         self.headers = [
             (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()
         ]
-        self.headers.append((b"content-length", str(len(self.body)).encode()))
-        if kind is not None:
+        given = {name for name, _ in self.headers}
+        if b"content-length" not in given:
+            self.headers.append((b"content-length", str(len(self.body)).encode()))
+        if kind is not None and b"content-type" not in given:
             if kind.startswith("text/") and "charset=" not in kind.lower():
                 kind += "; charset=utf-8"
             self.headers.append((b"content-type", kind.encode("latin-1")))
@@ -105,8 +103,8 @@ class Route:
     def __init__(self, path: str, endpoint: Handler, methods: Iterable[str] = ("GET",)) -> None:
         self.path = path
         self.endpoint = endpoint
-        methods = tuple(methods)
-        self.methods = (*methods, "HEAD") if "GET" in methods else methods
+        named = tuple(dict.fromkeys(method.upper() for method in methods))
+        self.methods = (*named, "HEAD") if "GET" in named and "HEAD" not in named else named
         parts = _PARAMETER.split(path)  # literal, name, literal, ...
         pattern = "".join(f"(?P<{p}>[^/]+)" if i % 2 else re.escape(p) for i, p in enumerate(parts))
         # `$` also matches before a final newline (a path ending in %0A), as Starlette's routes did.
@@ -115,7 +113,8 @@ class Route:
 
     async def respond(self, request: Request) -> Response:
         if self._blocking:
-            answer = await asyncio.to_thread(self.endpoint, request)
+            call = functools.partial(contextvars.copy_context().run, self.endpoint, request)
+            answer = await asyncio.get_running_loop().run_in_executor(_handler_pool(), call)
         else:
             answer = self.endpoint(request)
         return answer if isinstance(answer, Response) else await answer
@@ -144,8 +143,10 @@ class Router:
             allow = {"Allow": ", ".join(refused.methods)}
             await JSONResponse({"detail": "Method Not Allowed"}, 405, headers=allow)(send)
         elif (twin := self._twin(path)) is not None:
+            # RFC 3986's query characters stay as sent (percent-escapes too); any other byte is escaped.
+            query = quote_from_bytes(scope["query_string"], safe="!$&'()*+,;=:@/?%")
             redirect = Response(b"", 307)
-            redirect.headers.append((b"location", _url(scope, twin).encode("latin-1")))
+            redirect.headers.append((b"location", (quote(twin) + (f"?{query}" if query else "")).encode()))
             await redirect(send)
         else:
             await JSONResponse({"detail": "Not Found"}, 404)(send)
@@ -155,43 +156,11 @@ class Router:
         if path == "/":
             return None
         twin = path.rstrip("/") if path.endswith("/") else path + "/"
+        if twin.startswith("//"):  # as a Location, it would name another host
+            return None
         return twin if any(route.regex.match(twin) for route in self.routes) else None
 
 
-def _url(scope: Scope, path: str) -> str:
-    """The absolute URL of ``path`` on this server, with the request's query."""
-    path = path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
-    authority = _authority(scope)
-    url = f"{_scheme(scope)}://{authority}{path}" if authority is not None else path
-    query = scope["query_string"].decode()
-    return quote(f"{url}?{query}" if query else url, safe=":/%#?=@[]!$&'()*+,;")
-
-
-def _authority(scope: Scope) -> str | None:
-    """The Host the client asked for when it is a host (with a valid port), else the server's address."""
-    host = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"host"), None)
-    match = None if host is None else _HOST.fullmatch(host)
-    if match is not None and _valid(match["ipv6"], match["port"]):
-        return host
-    server = scope.get("server")
-    if server is None:
-        return None
-    name, port = server
-    name = f"[{name}]" if ":" in name and not name.startswith("[") else name
-    return name if _DEFAULT_PORTS[_scheme(scope)] == port else f"{name}:{port}"
-
-
-def _scheme(scope: Scope) -> str:
-    return str(scope.get("scheme", "http"))
-
-
-def _valid(ipv6: str | None, port: str | None) -> bool:
-    digits = None if port is None else port.lstrip("0")
-    if digits is not None and (len(digits) > 5 or int(digits or "0") > 65535):
-        return False
-    if ipv6 is not None:
-        try:
-            ipaddress.IPv6Address(ipv6)
-        except ipaddress.AddressValueError:
-            return False
-    return True
+@functools.cache
+def _handler_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="smlens-handler")
