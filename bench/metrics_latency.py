@@ -121,8 +121,9 @@ ENDPOINTS = (
 
 def compare(args: argparse.Namespace) -> int:
     """Both trees served at once; each request goes to both, in alternating order."""
-    servers = [start(REPO / "exporter", args), start(args.other_tree, args)]
+    servers = [start(REPO / "exporter", args)]
     try:
+        servers.append(start(args.other_tree, args))
         clients = [httpx.Client(base_url=base, timeout=10) for _, base in servers]
         time.sleep(2 * args.interval)
         print(f"this tree against {args.other_tree}, {args.requests} requests per endpoint each")

@@ -85,3 +85,16 @@ def test_backend_failures_are_one_sentence_and_a_status(reason: str, status: int
 def test_weak_token_is_refused() -> None:
     with pytest.raises(ConfigError, match="at least 16 characters"):
         profiling_router(Control(), "short")
+
+
+@pytest.mark.parametrize("token", ["ключ-доступа-16+символов", "tab\tinside-0123456789"])
+def test_a_token_no_client_can_send_as_configured_is_refused(token: str) -> None:
+    with pytest.raises(ConfigError, match="printable ASCII"):
+        profiling_router(Control(), token)
+
+
+def test_a_header_with_bytes_beyond_ascii_is_denied_not_an_error() -> None:
+    reply = client(Control()).get(
+        "/admin/profiling", headers={"X-Admin-Token": "s3cret-token-012345678\xe9".encode("latin-1")}
+    )
+    assert reply.status_code == 401

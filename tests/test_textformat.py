@@ -8,6 +8,7 @@ OpenMetrics 1.0.0) must give the bytes smlens' families and :func:`smlens.textfo
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from prometheus_client import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.utils import floatToGoString
 
+from smlens.attribution.podnames import PodNames
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
 from smlens.backends.sim import load_scenario
 from smlens.collector import SnapshotCollector
@@ -254,3 +256,19 @@ def test_no_smlens_module_imports_prometheus_client() -> None:
         "smlens.bundle.rules",
         "smlens.profile.cupti_session",
     ]
+
+
+def test_a_pod_named_by_a_file_name_that_is_not_utf8_costs_only_its_bad_bytes(tmp_path: Path) -> None:
+    """os.listdir gives a lone surrogate for a byte that is not UTF-8; the scrape must still be served."""
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "pods").mkdir()
+    log = os.path.join(os.fsencode(tmp_path / "containers"), b"train\xff_ml_main-0123456789ab.log")
+    open(log, "wb").close()
+    pod = PodNames.scan(tmp_path).containers["0123456789ab"].pod
+    owned = GaugeMetricFamily("gpu_workload_processes", "Processes.", labels=["pod"])
+    owned.add_metric([pod], 1)
+    other = GaugeMetricFamily("gpu_sm_active_ratio", "SM active.", value=0.5)
+    for om in (False, True):
+        body = render([owned, other], openmetrics=om).decode("utf-8")
+        assert 'gpu_workload_processes{pod="train?"} 1.0\n' in body
+        assert "gpu_sm_active_ratio 0.5\n" in body

@@ -27,6 +27,9 @@ def checked_token(token: str, origin: str = "the admin token") -> str:
     token = token.strip()
     if len(token) < MIN_TOKEN_LENGTH:
         raise ConfigError(f"{origin} must be at least {MIN_TOKEN_LENGTH} characters long.")
+    if not (token.isascii() and token.isprintable()):
+        # An HTTP header carries bytes, not text: no two clients agree on how to send other characters.
+        raise ConfigError(f"{origin} must be printable ASCII characters only.")
     return token
 
 
@@ -66,7 +69,7 @@ def profiling_router(control: ProfilingControl, token: str) -> Router:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             given = request.headers.get("x-admin-token", "")
-        return bool(given) and secrets.compare_digest(given.strip().encode(), expected)
+        return bool(given) and secrets.compare_digest(given.strip().encode("latin-1"), expected)
 
     def deny() -> JSONResponse:
         return JSONResponse(

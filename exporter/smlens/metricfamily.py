@@ -43,9 +43,6 @@ class Metric:
         self.type = typ
         self.samples: list[Sample] = []
 
-    def __repr__(self) -> str:
-        return f"Metric({self.name!r}, {self.type!r}, {len(self.samples)} samples)"
-
 
 class _Family(Metric):
     __slots__ = ("_labelnames", "_sample_name")

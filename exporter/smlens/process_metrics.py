@@ -29,8 +29,11 @@ class ProcessCollector:
     def __init__(self, proc: Path = Path("/proc")) -> None:
         self._own = proc / "self"
         self._boot = _boot_time(proc)
-        self._ticks = float(os.sysconf("SC_CLK_TCK"))
-        self._page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            self._ticks = float(os.sysconf("SC_CLK_TCK"))
+            self._page = os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # no sysconf (not POSIX), or no such name
+            self._boot = None
 
     def collect(self) -> list[Metric]:
         if not self._boot:

@@ -56,4 +56,6 @@ def render(families: Iterable[Metric], openmetrics: bool) -> bytes:
                 lines.append(f"{sample.name}{{{pairs}}} {format_value(sample.value)}\n")
             else:
                 lines.append(f"{sample.name} {format_value(sample.value)}\n")
-    return "".join(lines).encode()
+    # A label value that is not valid text (a lone surrogate from a file name that is not UTF-8) gets "?"
+    # where its bad bytes were, rather than failing the whole scrape.
+    return "".join(lines).encode(errors="replace")
