@@ -10,6 +10,12 @@ same calls with handles, samples and requests prepared in advance, as a hand-wri
 alternate tick by tick; the figure is the ratio of their medians (target <= 1.25x).
 
     python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
+    python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5]     # on a GPU host, its GPU 0 whole
+
+``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
+its own ``--pause`` so that both pay the wake-up a sampler pays. The slow reads (utilization samples every
+5 s, energy and PCIe replays every 15 s) are the same calls on both sides and are left out of both, as are
+MIG instances (a GPU in MIG mode is not measured this way).
 
 Per-call latencies (µs), ``reference``: the bare-metal H200 of ../shared/reference/h200-gpm-probe.md
 (driver 580): memory info 4.8, power 5.5, temperature 2.2, clocks 2.2, clock-event reasons 2.0, volatile
@@ -132,10 +138,13 @@ def fake_node(instances: int, table: dict[str, float], gpm_factor: float) -> Fak
 
 
 class Bare:
-    """The calls smlens' two backends need every tick, made directly, with everything prepared once."""
+    """The calls smlens' two backends need every tick, made directly, with everything prepared once.
 
-    def __init__(self, node: FakeNode, instances: int) -> None:
-        nv = self.nv = node.module
+    ``real``: on a GPU host, where NVML gives utilization samples (read every 5 s by smlens, and left out of
+    both sides here) instead of per-tick rates, and smlens drains its XID event set once per tick."""
+
+    def __init__(self, nv: Any, instances: int, real: bool = False) -> None:
+        self.nv, self.real = nv, real
         nv.nvmlInit()
         self.handle = nv.nvmlDeviceGetHandleByIndex(0)
         self.mig = instances > 0
@@ -144,6 +153,7 @@ class Bare:
         self.whole = self._pair(METRICS)
         self.parts = [self._pair(INSTANCE_METRICS) for _ in self.mig_handles]
         self.newest = 0
+        self.events = nv.nvmlEventSetCreate() if real else None  # empty, as on a healthy node
         nv.nvmlGpmSampleGet(self.handle, self.whole[0][0])  # the chains start, as smlens' first tick does
         for gi, (samples, _) in zip(self.gpu_instances, self.parts, strict=True):
             nv.nvmlGpmMigSampleGet(self.handle, gi, samples[0])
@@ -163,7 +173,12 @@ class Bare:
         nv.nvmlDeviceGetTotalEccErrors(handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)
         nv.nvmlDeviceGetTotalEccErrors(handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
         nv.nvmlDeviceGetCurrentClocksEventReasons(handle)
-        if not self.mig:  # in MIG mode NVML has no utilization; smlens stops asking after the first no
+        if self.events is not None:
+            try:  # noqa: SIM105 - contextlib.suppress would add its own cost to what is timed
+                nv.nvmlEventSetWait_v2(self.events, 0)
+            except nv.NVMLError_Timeout:
+                pass
+        elif not self.mig:  # in MIG mode NVML has no utilization; smlens stops asking after the first no
             nv.nvmlDeviceGetUtilizationRates(handle)
         slot, self.newest = 1 - self.newest, 1 - self.newest
         self._step(self.whole, slot, lambda s: nv.nvmlGpmSampleGet(handle, s))
@@ -185,7 +200,7 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=5.0)
     sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=lambda: now[0])
     sampler.open()
-    bare = Bare(node, instances)
+    bare = Bare(node.module, instances)
     node.advance(1.0)
     now[0] += 1.0
     sampler.tick()  # primes the GPM chains, the MIG layout and the utilization probe
@@ -206,12 +221,49 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
     return statistics.median(smlens_us), statistics.median(bare_us)
 
 
+def run_real(ticks: int, pause: float) -> tuple[list[float], list[float]]:
+    """Wall-clock µs per tick on this host's GPU 0, whole: smlens' Sampler.tick() and the bare calls, each
+    after its own pause (both pay the wake-up a sampler pays), alternating which goes first."""
+    nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
+    sampler = Sampler(nvml, [gpm], hostname="bench", interval=pause)
+    sampler.open()
+    bare = Bare(pynvml, 0, real=True)
+    sides: list[tuple[Callable[[], Any], list[float]]] = [(sampler.tick, []), (bare.tick, [])]
+    try:
+        for tick, _ in sides:  # primes the GPM chains and the one utilization read
+            time.sleep(pause)
+            tick()
+        for i in range(ticks):
+            for tick, spent in sides if i % 2 == 0 else sides[::-1]:
+                time.sleep(pause)
+                started = time.perf_counter()
+                tick()
+                spent.append((time.perf_counter() - started) * 1e6)
+    finally:
+        sampler.close()
+    return sides[0][1], sides[1][1]
+
+
+def report_real(ticks: int, pause: float) -> None:
+    smlens, bare = run_real(ticks, pause)
+    print(f"this host's GPU 0, whole, real NVML and GPM, {ticks} ticks of each, {pause} s apart, wall clock")
+    for what, pick in (("median", statistics.median), ("mean", statistics.fmean)):
+        a, b = pick(smlens), pick(bare)
+        print(f"{what:8s} smlens {a:7.1f} us   bare calls {b:7.1f} us   ratio {a / b:.2f}x")
+    print("target: ratio <= 1.25x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=300)
     parser.add_argument("--instances", type=int, default=7)
     parser.add_argument("--latencies", choices=("h200", "reference"), default="h200")
+    parser.add_argument("--real", action="store_true", help="on a GPU host: its GPU 0 through real NVML")
+    parser.add_argument("--pause", type=float, default=0.5, help="--real: seconds before each tick")
     args = parser.parse_args()
+    if args.real:
+        report_real(args.ticks, args.pause)
+        return
     table, nvml, gpm = latencies(args.latencies)
     print(
         f"one H200 on the fake pynvml, {args.latencies} call latencies (reference x {nvml:.2f} for NVML, "

@@ -1,0 +1,142 @@
+"""Benchmark (GPU host): where one `Sampler.tick()` spends its time on GPU 0, against the bare calls.
+
+    python3 bench/tick_breakdown.py [--ticks 40] [--pause 0.5]
+
+The same two sides as ``bench/mig_tick_cost.py --real`` (the slow reads left out of both), each tick after
+its own ``--pause``. It prints: the NVML calls each side makes per tick, counted and timed through a wrapper
+around every ``nvml*`` function of pynvml (so the two sides' call lists can be compared); then, unwrapped, the
+tick split into the nvml backend's read, the gpm backend's read and the rest (fold, snapshot), with the bare
+calls' tick beside it; then cProfile's 25 heaviest functions over the same number of ticks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "exporter"), str(REPO / "bench")]
+
+import pynvml  # noqa: E402
+from mig_tick_cost import Bare  # noqa: E402
+
+from smlens.backends.nvml import open_nvml_backends  # noqa: E402
+from smlens.sampler import Sampler  # noqa: E402
+
+
+def count_calls(sides: dict[str, Callable[[], Any]], ticks: int, pause: float) -> None:
+    """Each side's NVML calls per tick, by function, with their mean time."""
+    calls: dict[str, Counter[str]] = {side: Counter() for side in sides}
+    spent: dict[str, Counter[str]] = {side: Counter() for side in sides}
+    current = [""]
+    originals = {
+        name: fn
+        for name, fn in vars(pynvml).items()
+        if name.startswith("nvml") and callable(fn) and not isinstance(fn, type)
+    }
+
+    def wrapped(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[current[0]][name] += time.perf_counter() - started
+                calls[current[0]][name] += 1
+
+        return call
+
+    for name, fn in originals.items():
+        setattr(pynvml, name, wrapped(name, fn))
+    try:
+        for _ in range(ticks):
+            for side, tick in sides.items():
+                current[0] = side
+                time.sleep(pause)
+                tick()
+    finally:
+        for name, fn in originals.items():
+            setattr(pynvml, name, fn)
+    for side in sides:
+        total = sum(spent[side].values()) / ticks * 1e6
+        print(f"{side}: {sum(calls[side].values()) / ticks:.1f} NVML calls per tick, {total:.0f} us in them")
+        for name, n in sorted(calls[side].items(), key=lambda item: -spent[side][item[0]]):
+            print(f"    {name:48s} {n / ticks:5.2f} per tick {spent[side][name] / n * 1e6:8.1f} us a call")
+
+
+def split(sampler: Sampler, backends: list[Any], bare: Bare, ticks: int, pause: float) -> None:
+    """The tick's wall time in the two backends' reads and in the rest; the bare tick beside it."""
+    reads: Counter[str] = Counter()
+    for backend in backends:
+
+        def timed_read(
+            gpu: Any, now: float, _read: Callable[..., Any] = backend.read, _name: str = backend.name
+        ) -> Any:
+            started = time.perf_counter()
+            try:
+                return _read(gpu, now)
+            finally:
+                reads[_name] += time.perf_counter() - started
+
+        backend.read = timed_read
+    whole: list[float] = []
+    bare_ticks: list[float] = []
+    for _ in range(ticks):
+        for tick, into in ((sampler.tick, whole), (bare.tick, bare_ticks)):
+            time.sleep(pause)
+            started = time.perf_counter()
+            tick()
+            into.append(time.perf_counter() - started)
+    rest = sum(whole) - sum(reads.values())
+    parts = ", ".join(f"{name}.read {spent / ticks * 1e6:.0f}" for name, spent in reads.items())
+    print(
+        f"tick: mean {statistics.fmean(whole) * 1e6:.0f} us = {parts}, rest {rest / ticks * 1e6:.0f}; "
+        f"bare calls' tick: mean {statistics.fmean(bare_ticks) * 1e6:.0f} us"
+    )
+
+
+def profile(sampler: Sampler, ticks: int, pause: float) -> None:
+    profiler = cProfile.Profile()
+    for _ in range(ticks):
+        time.sleep(pause)
+        profiler.enable()
+        sampler.tick()
+        profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+    print(out.getvalue())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ticks", type=int, default=40, help="ticks of each side, per part (default 40)")
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds before each tick (default 0.5)")
+    args = parser.parse_args()
+    nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
+    sampler = Sampler(nvml, [gpm], hostname="bench", interval=args.pause)
+    sampler.open()
+    try:
+        bare = Bare(pynvml, 0, real=True)
+        for tick in (sampler.tick, bare.tick):  # primes the GPM chains and the one utilization read
+            time.sleep(args.pause)
+            tick()
+        print(f"GPU 0, whole, {args.ticks} ticks of each side per part, {args.pause} s apart, wall clock")
+        count_calls({"smlens": sampler.tick, "bare": bare.tick}, args.ticks // 2, args.pause)
+        split(sampler, [nvml, gpm], bare, args.ticks, args.pause)
+        profile(sampler, args.ticks, args.pause)
+    finally:
+        sampler.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
