@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from smlens.asgi import Message
-from smlens.routing import PlainTextResponse, Request, Response, Route, Router
+from smlens.routing import JSONResponse, PlainTextResponse, Request, Response, Route, Router
 
 
 def scope(path: str, query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
@@ -126,3 +126,7 @@ def test_methods_are_listed_once_in_upper_case() -> None:
     for methods in (["GET", "HEAD"], ["get", "head", "GET"], ["GET"]):
         start = asyncio.run(call(Router([Route("/x", ok, methods=methods)]), post))[0]
         assert (start["status"], dict(start["headers"])[b"allow"]) == (405, b"GET, HEAD"), methods
+
+
+def test_json_with_text_that_is_not_valid_costs_its_bad_bytes_not_the_answer() -> None:
+    assert JSONResponse({"pod": "train\udcff"}).body == b'{"pod":"train?"}'

@@ -90,8 +90,10 @@ class JSONResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        # NaN and infinities are not JSON: refused (a 500), never sent.
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        # NaN and infinities are not JSON: refused (a 500), never sent. Text that is not valid (a lone
+        # surrogate from a file name that is not UTF-8) gets "?" for its bad bytes, as on /metrics.
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode(errors="replace")
 
 
 Handler = Callable[[Request], "Response | Awaitable[Response]"]
