@@ -6,6 +6,7 @@ reads); tests/test_serving.py checks the values a real ``smlens serve`` exports.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import prometheus_client
@@ -71,3 +72,11 @@ def test_unreadable_files_drop_only_their_families(tmp_path: Path) -> None:
     assert [f.name for f in ProcessCollector(proc).collect()][-1] == "process_cpu_seconds"
     (proc / "self" / "stat").write_bytes(b"garbage")
     assert ProcessCollector(proc).collect() == []
+
+
+def test_without_sysconf_there_are_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    def absent(name: str) -> int:
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(os, "sysconf", absent)
+    assert ProcessCollector().collect() == []
