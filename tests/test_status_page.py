@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import re
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from smlens.app import Publisher, create_app
 from smlens.attribution.setup import build_refresher
 from smlens.backends.sim import PROFILES, Phase, Scenario, SimBackend
 from smlens.config import resolve
-from smlens.model import GpuIdentity, Reading
+from smlens.model import Allocation, Attribution, GpuIdentity, Reading, Workload
 from smlens.sampler import Sampler
 from smlens.status import history as history_module
 from smlens.status.history import MAX_VALUES_PER_ANSWER, History
@@ -190,3 +191,20 @@ def test_history_answers_are_capped_and_continue_where_they_stopped() -> None:
     assert [s for p in pages for s in p["sequences"]] == list(range(1, 301))
     assert pages[0]["reset"] and not any(p["reset"] for p in pages[1:])
     assert all(len(g["timeline"]["verdict"]) == len(p["sequences"]) for p in pages for g in p["gpus"])
+
+
+def test_a_pod_named_by_a_file_name_that_is_not_utf8_costs_only_its_bad_bytes() -> None:
+    """A lone surrogate (a non-UTF-8 byte of a container log's file name) in an owner: the page's data is
+    still served, with "?" for the bad byte (as on /metrics)."""
+    sampler, _, history, client, clock = node(Scenario.steady(2))
+    run(sampler, clock, 3)
+    latest = sampler.latest
+    assert latest is not None
+    uuid = latest.gpus[0].identity.uuid
+    held = Attribution(
+        allocations=(Allocation(Workload("ml", "train\udcff", "main"), "nvidia.com/gpu", uuid, uuid),)
+    )
+    history.record(replace(latest, sequence=latest.sequence + 1, taken_at=clock.now, attribution=held))
+    answer = client.get("/api/v1/history")
+    assert answer.status_code == 200
+    assert answer.json()["gpus"][0]["owners"] == [{"namespace": "ml", "pod": "train?", "container": "main"}]

@@ -26,6 +26,7 @@ from smlens.attribution.podnames import PodNames
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
 from smlens.backends.sim import load_scenario
 from smlens.collector import SnapshotCollector
+from smlens.exposition import Exposition
 from smlens.metricfamily import CounterMetricFamily, GaugeMetricFamily, Metric
 from smlens.model import Allocation, Attribution, Snapshot, SourceState, Workload, WorkloadUsage
 from smlens.serving.stats import ServingStats
@@ -259,16 +260,18 @@ def test_no_smlens_module_imports_prometheus_client() -> None:
 
 
 def test_a_pod_named_by_a_file_name_that_is_not_utf8_costs_only_its_bad_bytes(tmp_path: Path) -> None:
-    """os.listdir gives a lone surrogate for a byte that is not UTF-8; the scrape must still be served."""
+    """os.listdir gives a lone surrogate for a byte that is not UTF-8; /metrics must still be served, in
+    both formats, from the pod-name scan through the collector and the exposition a scrape reads."""
     (tmp_path / "containers").mkdir()
     (tmp_path / "pods").mkdir()
     log = os.path.join(os.fsencode(tmp_path / "containers"), b"train\xff_ml_main-0123456789ab.log")
     open(log, "wb").close()
-    pod = PodNames.scan(tmp_path).containers["0123456789ab"].pod
-    owned = GaugeMetricFamily("gpu_workload_processes", "Processes.", labels=["pod"])
-    owned.add_metric([pod], 1)
-    other = GaugeMetricFamily("gpu_sm_active_ratio", "SM active.", value=0.5)
+    workload = PodNames.scan(tmp_path).containers["0123456789ab"]
+    node = snapshot(tmp_path)
+    uuid = node.gpus[0].identity.uuid
+    held = replace(node.attribution, allocations=(Allocation(workload, "nvidia.com/gpu", uuid, uuid),))
+    exposition = Exposition(replace(node, attribution=held))
     for om in (False, True):
-        body = render([owned, other], openmetrics=om).decode("utf-8")
-        assert 'gpu_workload_processes{pod="train?"} 1.0\n' in body
-        assert "gpu_sm_active_ratio 0.5\n" in body
+        body = exposition.respond(openmetrics=om, gzip=False).body.decode("utf-8")
+        assert 'pod="train?"' in body
+        assert "gpu_sm_active_ratio{" in body
