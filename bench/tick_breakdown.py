@@ -6,7 +6,10 @@ The same two sides as ``bench/mig_tick_cost.py --real`` (the slow reads left out
 its own ``--pause``. It prints: the NVML calls each side makes per tick, counted and timed through a wrapper
 around every ``nvml*`` function of pynvml (so the two sides' call lists can be compared); then, unwrapped, the
 tick split into the nvml backend's read, the gpm backend's read and the rest (fold, snapshot), with the bare
-calls' tick beside it; then cProfile's 25 heaviest functions over the same number of ticks.
+calls' tick beside it; then what `smlens serve`'s per-tick listeners (the /metrics publisher and the status
+page's history) add after each tick; then cProfile's 25 heaviest functions over the same number of ticks.
+Last, a check on the real driver: the GPM results read in one unpack (``results_layout``) equal what
+pynvml's ctypes fields read, over ``--ticks`` pairs of samples.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import cProfile
 import io
 import pstats
 import statistics
+import struct
 import sys
 import time
 from collections import Counter
@@ -29,8 +33,12 @@ sys.path[:0] = [str(REPO / "exporter"), str(REPO / "bench")]
 import pynvml  # noqa: E402
 from mig_tick_cost import Bare  # noqa: E402
 
+from smlens import thresholds  # noqa: E402
+from smlens.app import Publisher  # noqa: E402
+from smlens.backends.gpm import METRICS, metrics_request, results_layout  # noqa: E402
 from smlens.backends.nvml import open_nvml_backends  # noqa: E402
 from smlens.sampler import Sampler  # noqa: E402
+from smlens.status.history import History  # noqa: E402
 
 
 def count_calls(sides: dict[str, Callable[[], Any]], ticks: int, pause: float) -> None:
@@ -104,6 +112,50 @@ def split(sampler: Sampler, backends: list[Any], bare: Bare, ticks: int, pause: 
     )
 
 
+def listeners(sampler: Sampler, ticks: int, pause: float) -> None:
+    """Wall time of serve's listeners (Publisher.publish, History.record) right after each tick."""
+    publisher, history = Publisher(), History(thresholds.load(None))
+    ticked: list[float] = []
+    listened: list[float] = []
+    for _ in range(ticks):
+        time.sleep(pause)
+        started = time.perf_counter()
+        snapshot = sampler.tick()
+        done = time.perf_counter()
+        publisher.publish(snapshot)
+        history.record(snapshot)
+        ticked.append(done - started)
+        listened.append(time.perf_counter() - done)
+    print(
+        f"serve's listeners after a tick: median {statistics.median(listened) * 1e6:.0f} us "
+        f"(tick median {statistics.median(ticked) * 1e6:.0f} us)"
+    )
+
+
+def decode_check(ticks: int) -> None:
+    """The one-unpack decode of GPM results against pynvml's ctypes fields, on this host's GPU 0."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+    request = metrics_request(pynvml)
+    unpack = results_layout(request, len(METRICS)).unpack_from
+    pynvml.nvmlGpmSampleGet(handle, samples[0])
+    mismatches = 0
+    for i in range(ticks):
+        time.sleep(0.2)
+        pynvml.nvmlGpmSampleGet(handle, samples[(i + 1) % 2])
+        request.sample1, request.sample2 = samples[i % 2], samples[(i + 1) % 2]
+        pynvml.nvmlGpmMetricsGet(request)
+        flat = unpack(request)
+        fields = [(request.metrics[m].nvmlReturn, request.metrics[m].value) for m in range(len(METRICS))]
+        bits = struct.Struct("=Id").pack  # NaN != NaN: compare the bits
+        mismatches += [bits(*p) for p in zip(flat[::2], flat[1::2], strict=True)] != [
+            bits(*f) for f in fields
+        ]
+    for sample in samples:
+        pynvml.nvmlGpmSampleFree(sample)
+    print(f"GPM decode check: {ticks} reads of {len(METRICS)} metrics, {mismatches} differ from the fields")
+
+
 def profile(sampler: Sampler, ticks: int, pause: float) -> None:
     profiler = cProfile.Profile()
     for _ in range(ticks):
@@ -132,7 +184,9 @@ def main() -> int:
         print(f"GPU 0, whole, {args.ticks} ticks of each side per part, {args.pause} s apart, wall clock")
         count_calls({"smlens": sampler.tick, "bare": bare.tick}, args.ticks // 2, args.pause)
         split(sampler, [nvml, gpm], bare, args.ticks, args.pause)
+        listeners(sampler, args.ticks, args.pause)
         profile(sampler, args.ticks, args.pause)
+        decode_check(args.ticks)
     finally:
         sampler.close()
     return 0

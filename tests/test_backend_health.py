@@ -58,3 +58,14 @@ def test_durations_are_per_tick_and_cumulative() -> None:
     stats = health.stats()
     assert stats.last_duration_seconds == 0.5 and stats.duration_seconds_total == 1.5
     assert (stats.name, stats.up, stats.samples_total) == ("sim", True, 2)
+
+
+def test_stats_follow_new_errors_and_earlier_stats_keep_their_counts() -> None:
+    health = BackendHealth("gpm")
+    tick(health, "GPU 0")
+    before = health.stats()
+    assert health.stats().errors_total is before.errors_total  # unchanged errors: the same read-only copy
+    tick(health, "GPU 0", "GPU 1")
+    health.gpu_lost("gpu_lost")
+    assert dict(before.errors_total) == {"timeout": 1}
+    assert dict(health.stats().errors_total) == {"timeout": 3, "gpu_lost": 1}

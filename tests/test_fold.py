@@ -86,3 +86,15 @@ def test_a_ratio_without_new_coverage_keeps_its_last_value_from_the_same_source(
     totals, _ = fold(GPU, GpuTotals(), [gpm(0.25, 1.0)], {}, True, GPM)
     _, state = fold(GPU, totals, [gpm(0.25, 0.0)], {}, True, GPM)
     assert state.gauges[n.SM_ACTIVE] == pytest.approx(0.25)
+
+
+def test_xid_totals_stay_read_only_and_earlier_states_keep_theirs() -> None:
+    """Ticks without XIDs pass the totals' mapping on instead of copying it: no state may see a later count,
+    and a plain dict a caller passed in never reaches a state."""
+    totals, first = fold(GPU, GpuTotals(xids={"13": 1}), [nvml(0.5, 1.0), gpm(0.25, 1.0)], {}, True, GPM)
+    with pytest.raises(TypeError):
+        first.xid_totals["13"] = 5  # type: ignore[index]
+    totals, second = fold(GPU, totals, [nvml(0.5, 1.0), gpm(0.25, 1.0)], {}, True, GPM)
+    totals, third = fold(GPU, totals, [nvml(0.5, 1.0, xid_events={13: 2, 79: 1})], {}, True, GPM)
+    assert dict(first.xid_totals) == dict(second.xid_totals) == {"13": 1}
+    assert dict(third.xid_totals) == dict(totals.xids) == {"13": 3, "79": 1}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
+import struct
 
 import pynvml
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
-from smlens.backends.gpm import METRICS, NOT_SUPPORTED, GpmBackend
+from smlens.backends.gpm import METRICS, NOT_SUPPORTED, GpmBackend, results_layout
 from smlens.backends.nvml import NvmlBackend
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import GpuIdentity, Reading
@@ -187,3 +191,48 @@ def test_close_frees_the_samples_and_shuts_nvml_down(monkeypatch: pytest.MonkeyP
     backend.close()
     assert node.live_gpm_samples == 0
     assert node.initialized == 1  # the nvml backend that discovered still holds the session
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0, 1, 2, 3, 999, 2**32 - 1]), st.floats(allow_nan=True, width=64)),
+        min_size=1,
+        max_size=len(METRICS),
+    )
+)
+def test_one_unpack_reads_what_the_ctypes_fields_hold(results: list[tuple[int, float]]) -> None:
+    """The per-tick decode unpacks every metric's nvmlReturn and value at once: it must read the bytes
+    pynvml's own ctypes fields read, for every metric of the request."""
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    for i, (returned, value) in enumerate(results):
+        request.metrics[i].metricId = i + 1
+        request.metrics[i].nvmlReturn = returned
+        request.metrics[i].value = value
+    flat = results_layout(request, len(results)).unpack_from(request)
+    fields = [(request.metrics[i].nvmlReturn, request.metrics[i].value) for i in range(len(results))]
+    bits = struct.Struct("=Id").pack  # NaN != NaN: compare the bits
+    assert [bits(*pair) for pair in zip(flat[::2], flat[1::2], strict=True)] == [bits(*f) for f in fields]
+
+
+def test_the_unpack_follows_the_struct_layout_of_the_installed_pynvml() -> None:
+    """Offsets and sizes come from the ctypes types (nvml.h fixes only the order: nvmlReturn before value), so
+    a layout with other padding still reads right."""
+
+    class Metric(ctypes.Structure):
+        _fields_ = [
+            ("metricId", ctypes.c_uint),
+            ("spare", ctypes.c_ulonglong),
+            ("nvmlReturn", ctypes.c_uint),
+            ("value", ctypes.c_double),
+            ("tail", ctypes.c_char * 3),
+        ]
+
+    class Request(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("metrics", Metric * 3)]
+
+    request = Request()
+    for i in range(3):
+        request.metrics[i].spare, request.metrics[i].tail = 2**64 - 1, b"\xff" * 3
+        request.metrics[i].nvmlReturn, request.metrics[i].value = 10 + i, 0.5 + i
+    assert results_layout(request, 3).unpack_from(request) == (10, 0.5, 11, 1.5, 12, 2.5)

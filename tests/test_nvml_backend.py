@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from typing import Any
 
 import pynvml
 import pytest
@@ -391,3 +392,27 @@ def test_values_are_read_through_the_member_their_type_names() -> None:
     union.ullVal = 2**40
     assert value_of(union, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG) == 2**40
     assert value_of(union, 99) == Absent("unknown_value_type")
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN])
+def test_an_event_wait_failure_ends_the_drain_and_costs_no_reading(
+    monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """nvml.h lets nvmlEventSetWait_v2 fail otherwise than by timeout; the XIDs already counted stay, and a
+    lost GPU is reported by its own reads, not by the drain of every GPU."""
+    node = install(monkeypatch, FakeGpu("GPU-a"), FakeGpu("GPU-b"))
+    backend, gpus = started(node)
+    node.xid("GPU-b", 79)
+    waits: list[int] = []
+
+    def failing(event_set: Any, timeout_ms: int) -> Any:
+        waits.append(timeout_ms)
+        if len(waits) == 1:
+            return node.nvmlEventSetWait_v2(event_set, timeout_ms)
+        raise node.module.NVMLError(code)
+
+    monkeypatch.setattr(node.module, "nvmlEventSetWait_v2", failing)
+    first = [backend.read(g, now=1.0) for g in gpus]
+    assert [r.xid_events for r in first] == [{}, {79: 1}]
+    assert [r.missing for r in first] == [{}, {}]
+    assert waits == [0, 0]  # the drain stopped at the failure

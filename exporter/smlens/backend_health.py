@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -28,6 +29,9 @@ class BackendHealth:
     duration_total: float = 0.0
     samples: int = 0
     _first_failure: str | None = field(default=None, init=False)
+    _errors_view: Mapping[str, int] | None = field(
+        default=None, init=False
+    )  # copy of errors until they change
 
     def begin_tick(self) -> None:
         self._first_failure = None
@@ -39,12 +43,14 @@ class BackendHealth:
     def failed(self, reason: str, what: str) -> None:
         """A read failed; ``what`` (e.g. "GPU 0 (GPU-...): timeout") goes to the log if it is the first."""
         self.errors[reason] += 1
+        self._errors_view = None
         if self._first_failure is None:
             self._first_failure = what
 
     def gpu_lost(self, reason: str) -> None:
         """A GPU fell off the bus: counted, but the backend itself is not down for it."""
         self.errors[reason] += 1
+        self._errors_view = None
 
     def end_tick(self) -> None:
         up = self._first_failure is None
@@ -58,11 +64,13 @@ class BackendHealth:
         self.duration_total += self.last_duration
 
     def stats(self) -> BackendStats:
+        if self._errors_view is None:
+            self._errors_view = MappingProxyType(dict(self.errors))
         return BackendStats(
             name=self.name,
             up=self.up,
             last_duration_seconds=self.last_duration,
             duration_seconds_total=self.duration_total,
             samples_total=self.samples,
-            errors_total=MappingProxyType(dict(self.errors)),
+            errors_total=self._errors_view,
         )

@@ -23,7 +23,7 @@ class GpuTotals:
     activity: Mapping[str, Activity] = field(default_factory=dict)
     ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
     increments: Mapping[str, float] = field(default_factory=dict)
-    xids: Mapping[str, int] = field(default_factory=dict)  # by xid_label
+    xids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # by xid_label
     instances: InstanceTotals = field(default_factory=dict)  # per MIG GPU instance
 
 
@@ -38,20 +38,24 @@ def fold(
     """Fold this tick's ``readings`` (and the backends' failures in ``missing``) into new totals and state."""
     activity = dict(totals.activity)
     increments = dict(totals.increments)
-    xids = dict(totals.xids)
+    xids = totals.xids  # copied only in a tick with XID events: nearly every tick has none
     all_missing = dict(missing)
     gauges: dict[str, float] = {}
     device_totals: dict[str, float] = {}
     clock_events: dict[str, bool] = {}
     ratios: dict[str, tuple[str, float]] = {}
+    by_source: dict[str, Reading] = {}
     for reading in readings:
+        by_source[reading.source] = reading
         gauges.update(reading.gauges)
         device_totals.update(reading.totals)
         clock_events.update(reading.clock_events)
         all_missing.update(reading.missing)
-        for xid, count in reading.xid_events.items():
-            label = xid_label(xid)
-            xids[label] = xids.get(label, 0) + count
+        if reading.xid_events:
+            xids = dict(xids)
+            for xid, count in reading.xid_events.items():
+                label = xid_label(xid)
+                xids[label] = xids.get(label, 0) + count
         for key, amount in reading.increments.items():
             increments[key] = increments.get(key, 0.0) + amount
         if choice.admits(reading):
@@ -60,15 +64,19 @@ def fold(
                 ratio = part.ratio
                 if ratio is not None:
                     ratios[key] = (reading.source, ratio)
-        # A key read without new coverage keeps its last value from the same source.
-        for key, (source, ratio) in totals.ratios.items():
-            if source == reading.source and key not in ratios and key not in reading.missing:
-                ratios[key] = (source, ratio)
-    gauges.update({key: ratio for key, (_, ratio) in ratios.items()})
+    # A key read without new coverage keeps its last value, if its source read this GPU this tick.
+    for key, (source, ratio) in totals.ratios.items():
+        kept = by_source.get(source)
+        if key not in ratios and kept is not None and key not in kept.missing:
+            ratios[key] = (source, ratio)
+    for key, (_, ratio) in ratios.items():
+        gauges[key] = ratio
     device_totals.update(increments)
     instance_totals, instances = fold_instances(totals.instances, readings, choice.admits)
     delivered = choice.delivered(readings)
-    xid_totals = MappingProxyType(xids)  # shared by totals and state, so read-only for both
+    # Shared by totals and state, so read-only; a previous fold's mapping is reused as it is.
+    xid_totals = xids if type(xids) is MappingProxyType else MappingProxyType(dict(xids))
+    chosen = by_source.get(choice.source or "")
     state = GpuState(
         identity=identity,
         up=up,
@@ -81,8 +89,8 @@ def fold(
         profiling_source=choice.source,
         profiling_available=delivered,
         profiling_reason=choice.unavailable_reason(delivered, all_missing),
-        sources=tuple(r.source for r in readings),
-        profiling_mode=next((r.profiling_mode for r in readings if r.source == choice.source), ""),
+        sources=tuple(by_source),
+        profiling_mode="" if chosen is None else chosen.profiling_mode,
         instances=instances,
     )
     frozen = GpuTotals(

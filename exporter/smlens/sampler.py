@@ -119,7 +119,7 @@ class Sampler:
             sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
             attribution=EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current(),
-            backends=tuple(source.health.stats() for source in self._sources),
+            backends=tuple([source.health.stats() for source in self._sources]),
         )
         self.latest = snapshot
         for listener in self._listeners:

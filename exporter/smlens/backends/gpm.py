@@ -16,7 +16,10 @@ Made by :func:`smlens.backends.nvml.open_nvml_backends`, sharing one NVML sessio
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +66,7 @@ METRICS = RATIO_METRICS + TRAFFIC_METRICS
 # nvmlGpmMetricsGet on an H200, and the Python that turns it into an Activity costs about as much.
 INSTANCE_METRICS = tuple(m for m in RATIO_METRICS if m[0] in INSTANCE_ACTIVITIES)
 _IS_RATIO = tuple((key, i < len(RATIO_METRICS)) for i, (key, _) in enumerate(METRICS))
+_INSTANCE_IS_RATIO = tuple((key, True) for key, _ in INSTANCE_METRICS)
 MIB = 1 << 20
 NOT_SUPPORTED = "GPM not supported on this GPU (needs Hopper or newer)"
 
@@ -77,15 +81,25 @@ def metrics_request(nv: Any, metrics: Sequence[tuple[str, str]] = METRICS) -> An
     return request
 
 
+def results_layout(request: Any, metrics: int) -> struct.Struct:
+    """Where each metric's nvmlReturn and value lie in a ``c_nvmlGpmMetricsGet_t``, for one unpack of all.
+
+    The offsets come from the ctypes types themselves, so the layout follows the installed pynvml."""
+    element = type(request.metrics[0])
+    size, returned, value = ctypes.sizeof(element), element.nvmlReturn.offset, element.value.offset
+    one = f"{returned}xI{value - returned - 4}xd{size - value - 8}x"
+    return struct.Struct(f"={type(request).metrics.offset}x" + one * metrics)
+
+
 @dataclass
 class _Pair:
     """Two GPM samples taken in turn and the request that reads the metrics between them."""
 
     samples: tuple[Any, Any]
     request: Any
-    results: tuple[Any, ...]  # views of request.metrics[i], fetched once: each access costs ~1 us
-    returned: Callable[[Any], int]  # reads a result's nvmlReturn, past pynvml's slow __getattribute__
-    value: Callable[[Any], float]  # reads a result's value, likewise
+    # (nvmlReturn, value) of every metric of ``request``, flat, in one C call: reading the ctypes
+    # fields one by one costs more than the NVML call itself on an H200 host.
+    unpack: Callable[[], tuple[Any, ...]]
     newest: int = 0  # which of the two samples was taken last
     taken_at: float | None = None  # `now` of that sample; None before the first read
 
@@ -99,17 +113,14 @@ class _Pair:
                     call(nv.nvmlGpmSampleFree, sample)
             return failed
         request = metrics_request(nv, metrics)
-        results = tuple(request.metrics[i] for i in range(len(metrics)))
-        fields = type(results[0])  # ctypes field descriptors: 0.2 us a read instead of 0.9 us
-        return _Pair(
-            (samples[0], samples[1]), request, results, fields.nvmlReturn.__get__, fields.value.__get__
-        )
+        unpack = functools.partial(results_layout(request, len(metrics)).unpack_from, request)
+        return _Pair((samples[0], samples[1]), request, unpack)
 
     def step(
         self, nv: Any, take: Callable[..., Any], args: tuple[Any, ...], now: float, label: str
     ) -> float | Absent | None:
         """Take a sample with ``take(*args, sample)`` in place of the older one. Returns the seconds since
-        the previous sample once the metrics between them are in ``results``, None after the first
+        the previous sample once the metrics between them are in ``request``, None after the first
         sample, Absent when NVML failed."""
         slot = 1 - self.newest
         taken = call(take, *args, self.samples[slot], gpu=label)
@@ -123,17 +134,26 @@ class _Pair:
         got = call(nv.nvmlGpmMetricsGet, self.request, gpu=label)
         return got if isinstance(got, Absent) else now - previous_at
 
-    def read(self, nv: Any, result: Any, label: str, missing: dict[str, str], key: str) -> float | None:
-        """A metric's value, or None with the reason put in ``missing``."""
-        returned = self.returned(result)
-        if returned != nv.NVML_SUCCESS:
-            missing[key] = failure(returned, label).reason
-            return None
-        value = self.value(result)
-        if not math.isfinite(value):  # one NaN would poison the *_seconds_total integral
-            missing[key] = "not_a_number"
-            return None
-        return value
+    def decode(
+        self, nv: Any, metrics: Sequence[tuple[str, bool]], seconds: float, label: str
+    ) -> tuple[dict[str, Activity], dict[str, float], dict[str, str]]:
+        """The activity of the ratio metrics and the bytes of the traffic metrics over ``seconds``, and
+        why the others are missing. ``metrics``: (Reading key, is a ratio) in the request's order."""
+        activity: dict[str, Activity] = {}
+        increments: dict[str, float] = {}
+        missing: dict[str, str] = {}
+        flat = self.unpack()
+        success = nv.NVML_SUCCESS
+        for (key, is_ratio), returned, value in zip(metrics, flat[::2], flat[1::2], strict=True):
+            if returned != success:
+                missing[key] = failure(returned, label).reason
+            elif not math.isfinite(value):  # one NaN would poison the *_seconds_total integral
+                missing[key] = "not_a_number"
+            elif is_ratio:
+                activity[key] = Activity.of(value / 100, seconds)
+            else:
+                increments[key] = max(value, 0.0) * MIB * seconds
+        return activity, increments, missing
 
     def free(self, nv: Any) -> None:
         for sample in self.samples:
@@ -199,7 +219,10 @@ class GpmBackend(Backend):
             else state.whole.step(nv, nv.nvmlGpmSampleGet, (handle,), now, label)
         )
         layout = self._session.mig_layout(state.identity, now)
-        instances = self._read_instances(nv, state, layout, now)
+        if layout is None and not state.instances:  # not in MIG mode, as most GPUs
+            instances: tuple[InstanceReading, ...] = ()
+        else:
+            instances = self._read_instances(nv, state, layout, now)
         layout_read = not isinstance(layout, Absent)
         if isinstance(seconds, Absent):
             if not instances:
@@ -216,17 +239,7 @@ class GpmBackend(Backend):
             )
         if seconds is None:
             return Reading(source=self.name, profiling=True, instances=instances, mig_layout_read=layout_read)
-        activity: dict[str, Activity] = {}
-        increments: dict[str, float] = {}
-        missing: dict[str, str] = {}
-        for (key, is_ratio), result in zip(_IS_RATIO, state.whole.results, strict=True):
-            value = state.whole.read(nv, result, label, missing, key)
-            if value is None:
-                continue
-            if is_ratio:
-                activity[key] = Activity.of(value / 100, seconds)
-            else:
-                increments[key] = max(value, 0.0) * MIB * seconds
+        activity, increments, missing = state.whole.decode(nv, _IS_RATIO, seconds, label)
         return Reading(
             source=self.name,
             activity=activity,
@@ -269,13 +282,10 @@ class GpmBackend(Backend):
                     self._session.rescan_mig(state.identity)
                 readings.append(InstanceReading(instance, missing={SM_ACTIVE: seconds.reason}))
                 continue
-            activity: dict[str, Activity] = {}
-            missing: dict[str, str] = {}
-            if seconds is not None:
-                for (key, _), result in zip(INSTANCE_METRICS, pair.results, strict=True):
-                    value = pair.read(nv, result, label, missing, key)
-                    if value is not None:
-                        activity[key] = Activity.of(value / 100, seconds)
+            if seconds is None:
+                readings.append(InstanceReading(instance))
+                continue
+            activity, _, missing = pair.decode(nv, _INSTANCE_IS_RATIO, seconds, label)
             readings.append(InstanceReading(instance, activity=activity, missing=missing))
         return tuple(readings)
 

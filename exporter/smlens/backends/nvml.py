@@ -72,6 +72,31 @@ _CLOCK_EVENT_REASONS = (
     ("display_clock_setting", "nvmlClocksEventReasonDisplayClockSetting"),
 )
 
+# The reads made every tick besides memory info and field values: key, pynvml function, the names of the
+# pynvml constants it takes after the handle, the factor to the metric's unit, and whether it is a total.
+_TICK_READS = (
+    (POWER_WATTS, "nvmlDeviceGetPowerUsage", (), 1e-3, False),
+    (POWER_LIMIT_WATTS, "nvmlDeviceGetEnforcedPowerLimit", (), 1e-3, False),
+    (TEMPERATURE_CELSIUS, "nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",), 1.0, False),
+    (SM_CLOCK_HERTZ, "nvmlDeviceGetClockInfo", ("NVML_CLOCK_SM",), 1e6, False),
+    (MEMORY_CLOCK_HERTZ, "nvmlDeviceGetClockInfo", ("NVML_CLOCK_MEM",), 1e6, False),
+    (
+        ECC_CORRECTED,
+        "nvmlDeviceGetTotalEccErrors",
+        ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
+        1.0,
+        True,
+    ),
+    (
+        ECC_UNCORRECTED,
+        "nvmlDeviceGetTotalEccErrors",
+        ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+        1.0,
+        True,
+    ),
+)
+_TickRead = tuple[str, str, tuple[Any, ...], float, bool]  # _TICK_READS with the handle and constants bound
+
 
 # CUDA cores per SM by compute capability: the SM count is NVML's core count divided by this where
 # nvmlDeviceGetAttributes answers only for MIG devices (as on a whole H200).
@@ -110,6 +135,7 @@ class _Device:
     max_sm_clock: float | Absent
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
+    reads: tuple[_TickRead, ...]  # _TICK_READS for this handle
     samples_supported: bool = True
     rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
@@ -119,27 +145,8 @@ class _Device:
     next_counters_at: float = -math.inf
 
 
-class _Parts:
-    """The values of one Reading, with every Absent routed into ``missing``."""
-
-    def __init__(self) -> None:
-        self.gauges: dict[str, float] = {}
-        self.totals: dict[str, float] = {}
-        self.missing: dict[str, str] = {}
-
-    def put(self, into: dict[str, float], key: str, value: float | Absent) -> None:
-        if isinstance(value, Absent):
-            self.missing[key] = value.reason
-        else:
-            into[key] = value
-
-
 def _scaled(value: Any, factor: float) -> float | Absent:
     return value if isinstance(value, Absent) else float(value) * factor
-
-
-def _member(value: Any, name: str) -> float | Absent:
-    return value if isinstance(value, Absent) else float(getattr(value, name))
 
 
 class NvmlBackend(DeviceSource):
@@ -255,6 +262,10 @@ class NvmlBackend(DeviceSource):
                 if supported & getattr(nv, bit)
             ),
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
+            reads=tuple(
+                (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, into)
+                for key, fn, constants, scale, into in _TICK_READS
+            ),
         )
         self._prime_samples(device)
         self._devices[gpu.uuid] = device
@@ -265,56 +276,66 @@ class NvmlBackend(DeviceSource):
         if device is None:
             raise BackendError(f"the nvml backend is not attached to {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
-
-        def get(fn: Any, *args: Any) -> Any:
-            return call(fn, device.handle, *args, gpu=device.label)
-
-        parts = _Parts()
-        gauges, totals = parts.gauges, parts.totals
-        utilization = self._utilization(device, now)
-        memory = get(nv.nvmlDeviceGetMemoryInfo)
-        parts.put(gauges, MEMORY_USED_BYTES, _member(memory, "used"))
-        parts.put(gauges, MEMORY_TOTAL_BYTES, _member(memory, "total"))
-        parts.put(gauges, POWER_WATTS, _scaled(get(nv.nvmlDeviceGetPowerUsage), 1e-3))
-        parts.put(gauges, POWER_LIMIT_WATTS, _scaled(get(nv.nvmlDeviceGetEnforcedPowerLimit), 1e-3))
-        parts.put(
-            gauges, TEMPERATURE_CELSIUS, _scaled(get(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU), 1)
-        )
-        parts.put(gauges, MEMORY_TEMPERATURE_CELSIUS, self._memory_temperature(device))
-        parts.put(gauges, SM_CLOCK_HERTZ, _scaled(get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM), 1e6))
-        parts.put(gauges, MEMORY_CLOCK_HERTZ, _scaled(get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM), 1e6))
-        parts.put(gauges, SM_CLOCK_MAX_HERTZ, device.max_sm_clock)
+        error, handle, label = nv.NVMLError, device.handle, device.label
+        gauges: dict[str, float] = {}
+        totals: dict[str, float] = {}
+        missing: dict[str, str] = {}
+        try:
+            memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        except error as exc:
+            missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(exc.value, label).reason
+        else:
+            gauges[MEMORY_USED_BYTES] = float(memory.used)
+            gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
+        for key, name, args, scale, into in device.reads:
+            try:
+                value = getattr(nv, name)(*args)
+            except error as exc:
+                missing[key] = failure(exc.value, label).reason
+            else:
+                (totals if into else gauges)[key] = value * scale
+        temperature = self._memory_temperature(device)
+        if isinstance(temperature, Absent):
+            missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
+        else:
+            gauges[MEMORY_TEMPERATURE_CELSIUS] = temperature
+        if isinstance(device.max_sm_clock, Absent):
+            missing[SM_CLOCK_MAX_HERTZ] = device.max_sm_clock.reason
+        else:
+            gauges[SM_CLOCK_MAX_HERTZ] = device.max_sm_clock
         if now >= device.next_counters_at:
             device.counters = {
-                ENERGY_JOULES: _scaled(get(nv.nvmlDeviceGetTotalEnergyConsumption), 1e-3),
-                PCIE_REPLAYS: _scaled(get(nv.nvmlDeviceGetPcieReplayCounter), 1),
+                ENERGY_JOULES: _scaled(call(nv.nvmlDeviceGetTotalEnergyConsumption, handle, gpu=label), 1e-3),
+                PCIE_REPLAYS: _scaled(call(nv.nvmlDeviceGetPcieReplayCounter, handle, gpu=label), 1),
             }
             device.next_counters_at = now + self._energy_interval
-        for key, value in device.counters.items():  # between reads, the last values read
-            parts.put(totals, key, value)
-        for key, kind in ((ECC_CORRECTED, "CORRECTED"), (ECC_UNCORRECTED, "UNCORRECTED")):
-            error_type = getattr(nv, f"NVML_MEMORY_ERROR_TYPE_{kind}")
-            parts.put(
-                totals, key, _scaled(get(nv.nvmlDeviceGetTotalEccErrors, error_type, nv.NVML_VOLATILE_ECC), 1)
-            )
+        for key, counted in device.counters.items():  # between reads, the last values read
+            if isinstance(counted, Absent):
+                missing[key] = counted.reason
+            else:
+                totals[key] = counted
         clock_events = self._clock_events(device)
         if isinstance(clock_events, Absent):
-            parts.missing[CLOCK_EVENTS] = clock_events.reason
+            missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
-        if isinstance(utilization, Absent):
-            parts.missing[UTILIZATION] = utilization.reason
-            utilization = None
+        activity: dict[str, Activity] = {}
+        if now >= device.next_samples_at or not device.samples_supported:
+            utilization = self._utilization(device, now)
+            if isinstance(utilization, Absent):
+                missing[UTILIZATION] = utilization.reason
+            elif utilization is not None:
+                activity[UTILIZATION] = utilization
         layout = self._session.mig_layout(gpu, now)
         if device.xid_watch is not None:
-            parts.missing[XID_EVENTS] = device.xid_watch.reason
+            missing[XID_EVENTS] = device.xid_watch.reason
         return Reading(
             source=self.name,
             gauges=gauges,
-            activity={} if utilization is None else {UTILIZATION: utilization},
+            activity=activity,
             totals=totals,
             clock_events=clock_events,
             xid_events=self._xids.take(gpu.uuid),
-            missing=parts.missing,
+            missing=missing,
             instances=self._instances(gpu, device, layout),
             mig_layout_read=not isinstance(layout, Absent),
         )
@@ -330,10 +351,12 @@ class NvmlBackend(DeviceSource):
             if isinstance(memory, Absent) and memory.reason in ("invalid_argument", "not_found"):
                 self._session.rescan_mig(gpu)  # a stale MIG device handle: the instance is gone
                 continue
-            parts = _Parts()
-            parts.put(parts.gauges, MEMORY_USED_BYTES, _member(memory, "used"))
-            parts.put(parts.gauges, MEMORY_TOTAL_BYTES, _member(memory, "total"))
-            readings.append(InstanceReading(found.instance, gauges=parts.gauges, missing=parts.missing))
+            if isinstance(memory, Absent):
+                missing = {MEMORY_USED_BYTES: memory.reason, MEMORY_TOTAL_BYTES: memory.reason}
+                readings.append(InstanceReading(found.instance, missing=missing))
+            else:
+                gauges = {MEMORY_USED_BYTES: float(memory.used), MEMORY_TOTAL_BYTES: float(memory.total)}
+                readings.append(InstanceReading(found.instance, gauges=gauges))
         return tuple(readings)
 
     def _utilization(self, device: _Device, now: float) -> Activity | Absent | None:

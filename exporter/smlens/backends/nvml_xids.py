@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-from smlens.errors import GpuLostError
 from smlens.nvml.calls import Absent, address, call, nvml_module
 
 _MAX_EVENTS_PER_DRAIN = 256
+_NONE: Mapping[int, int] = MappingProxyType({})  # a GPU's XIDs in a tick without any
 
 
 class XidWatch:
@@ -45,7 +47,7 @@ class XidWatch:
         self._uuid_at[address(handle)] = uuid
         return None
 
-    def take(self, uuid: str) -> dict[int, int]:
+    def take(self, uuid: str) -> Mapping[int, int]:
         """The XIDs seen on this GPU since its previous ``take``, as {xid: count}."""
         with self._lock:
             if not self._read_this_round or uuid in self._read_this_round:
@@ -53,7 +55,7 @@ class XidWatch:
                 self._read_this_round.clear()
             self._read_this_round.add(uuid)
             counts = self._pending.pop(uuid, None)
-        return dict(counts) if counts else {}
+        return dict(counts) if counts else _NONE
 
     def _drain(self) -> None:
         if not self._uuid_at:
@@ -61,10 +63,8 @@ class XidWatch:
         nv = nvml_module()
         for _ in range(_MAX_EVENTS_PER_DRAIN):
             try:
-                event = call(nv.nvmlEventSetWait_v2, self._event_set, 0)
-            except GpuLostError:
-                return  # the lost GPU raises on its own read
-            if isinstance(event, Absent):  # "timeout": nothing queued
+                event = nv.nvmlEventSetWait_v2(self._event_set, 0)
+            except nv.NVMLError:  # "timeout" when nothing is queued; a lost GPU raises on its own read
                 return
             uuid = self._uuid_at.get(address(event.device))
             if uuid is not None and event.eventType & nv.nvmlEventTypeXidCriticalError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -37,6 +38,9 @@ class Absent:
 
 def nvml_module() -> Any:
     """The pynvml module in use (the real one, or a fake a test installed in ``sys.modules``)."""
+    loaded = sys.modules.get("pynvml")
+    if loaded is not None:  # every NVML read asks: a dict lookup costs half an import statement
+        return loaded
     try:
         import pynvml
     except ImportError as exc:

@@ -101,6 +101,9 @@ class NvmlSession:
 
     def mig_layout(self, gpu: GpuIdentity, now: float, max_age: float = MIG_RESCAN_INTERVAL) -> MigLayout:
         """The GPU instances of a GPU in MIG mode, scanned at most ``max_age`` seconds before ``now``."""
+        cached = self._mig.get(gpu.uuid)  # both backends ask every tick: a fresh layout needs no lock
+        if cached is not None and 0 <= now - cached[0] < max_age and gpu.uuid not in self._mig_failed:
+            return cached[1]
         with self._mig_lock:  # the sampler and attribution threads: one scan at a time, on one cache
             return self._mig_layout(gpu, now, max_age)
 
