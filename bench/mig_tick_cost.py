@@ -13,7 +13,8 @@ alternate tick by tick; the figure is the ratio of their medians (target <= 1.25
     python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5]     # on a GPU host, its GPU 0 whole
 
 ``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
-its own ``--pause`` so that both pay the wake-up a sampler pays. The slow reads (utilization samples every
+its own ``--pause`` so that both pay the wake-up a sampler pays, and a third beside them: ``Minimal``, the
+bare calls plus the least a Python sampler does with their values (a floor, not a design). The slow reads (utilization samples every
 5 s, energy and PCIe replays every 15 s) are the same calls on both sides and are left out of both, as are
 MIG instances (a GPU in MIG mode is not measured this way).
 
