@@ -14,9 +14,11 @@ alternate tick by tick; the figure is the ratio of their medians (target <= 1.25
 
 ``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
 its own ``--pause`` so that both pay the wake-up a sampler pays, and a third beside them: ``Minimal``, the
-bare calls plus the least a Python sampler does with their values (a floor, not a design). The slow reads (utilization samples every
-5 s, energy and PCIe replays every 15 s) are the same calls on both sides and are left out of both, as are
-MIG instances (a GPU in MIG mode is not measured this way).
+bare calls plus the least a Python sampler does with their values (a floor, not a design). The slow reads
+(utilization samples every 5 s, energy and PCIe replays every 15 s) are the same calls on both sides and
+are left out of both, as are MIG instances (a GPU in MIG mode is not measured this way).
+
+Without ``--real`` it also prints how many functions of smlens one tick runs (``sys.setprofile``).
 
 Per-call latencies (µs), ``reference``: the bare-metal H200 of ../shared/reference/h200-gpm-probe.md
 (driver 580): memory info 4.8, power 5.5, temperature 2.2, clocks 2.2, clock-event reasons 2.0, volatile
@@ -255,6 +257,23 @@ class Minimal(Bare):
         self.published = values
 
 
+def functions_run(tick: Callable[[], Any]) -> set[tuple[str, str]]:
+    """The (module, function) pairs of smlens that one call of ``tick`` runs, generated ones left out."""
+    seen: set[tuple[str, str]] = set()
+
+    def note(frame: Any, event: str, _: Any) -> None:
+        path = frame.f_code.co_filename
+        if event == "call" and "/smlens/" in path:
+            seen.add((path.rsplit("/smlens/", 1)[1], frame.f_code.co_name))
+
+    sys.setprofile(note)
+    try:
+        tick()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
 def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) -> tuple[float, float]:
     """Median CPU µs per tick for smlens and for the bare calls."""
     node = fake_node(instances, table, gpm_factor)
@@ -279,6 +298,9 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
         bare_us.append((time.thread_time() - started) * 1e6)
     latest = sampler.latest
     assert latest is not None and len(latest.gpus[0].instances) == instances, "the instances were not read"
+    node.advance(1.0)
+    now[0] += 1.0
+    print(f"  functions of smlens one tick runs: {len(functions_run(sampler.tick))}")
     sampler.close()
     return statistics.median(smlens_us), statistics.median(bare_us)
 
