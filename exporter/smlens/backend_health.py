@@ -29,9 +29,8 @@ class BackendHealth:
     duration_total: float = 0.0
     samples: int = 0
     _first_failure: str | None = field(default=None, init=False)
-    _errors_view: Mapping[str, int] | None = field(
-        default=None, init=False
-    )  # copy of errors until they change
+    # A read-only copy of ``errors``, made again only after they change: stats() runs every tick.
+    _errors_view: Mapping[str, int] | None = field(default=None, init=False)
 
     def begin_tick(self) -> None:
         self._first_failure = None

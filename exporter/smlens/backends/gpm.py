@@ -97,8 +97,8 @@ class _Pair:
 
     samples: tuple[Any, Any]
     request: Any
-    # (nvmlReturn, value) of every metric of ``request``, flat, in one C call: reading the ctypes
-    # fields one by one costs more than the NVML call itself on an H200 host.
+    # (nvmlReturn, value) of every metric of ``request``, flat: one C call instead of two ctypes field
+    # reads per metric.
     unpack: Callable[[], tuple[Any, ...]]
     newest: int = 0  # which of the two samples was taken last
     taken_at: float | None = None  # `now` of that sample; None before the first read
