@@ -42,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
     sampler = Sampler(nvml, [gpm], hostname="bench", interval=args.pause)
-    sampler.open()
+    sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
     captured: list[tuple[Any, ...]] = []
 
     def capture(*fold_args: Any) -> Any:

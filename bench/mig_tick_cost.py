@@ -310,7 +310,7 @@ def run_real(ticks: int, pause: float) -> tuple[list[float], list[float], list[f
     minimal sampler, each after its own pause (all pay the wake-up a sampler pays), each first in turn."""
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
     sampler = Sampler(nvml, [gpm], hostname="bench", interval=pause)
-    sampler.open()
+    sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
     bare, minimal = Bare(pynvml, 0, real=True), Minimal(pynvml)
     sides: list[tuple[Callable[[], Any], list[float]]] = [
         (sampler.tick, []),

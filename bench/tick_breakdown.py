@@ -175,7 +175,7 @@ def main() -> int:
     args = parser.parse_args()
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
     sampler = Sampler(nvml, [gpm], hostname="bench", interval=args.pause)
-    sampler.open()
+    sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
     try:
         bare = Bare(pynvml, 0, real=True)
         for tick in (sampler.tick, bare.tick):  # primes the GPM chains and the one utilization read

@@ -98,3 +98,7 @@ def test_xid_totals_stay_read_only_and_earlier_states_keep_theirs() -> None:
     totals, third = fold(GPU, totals, [nvml(0.5, 1.0, xid_events={13: 2, 79: 1})], {}, True, GPM)
     assert dict(first.xid_totals) == dict(second.xid_totals) == {"13": 1}
     assert dict(third.xid_totals) == dict(totals.xids) == {"13": 3, "79": 1}
+    given = {"13": 1}
+    _, state = fold(GPU, GpuTotals(xids=given), [nvml(0.5, 1.0)], {}, True, GPM)
+    given["13"] = 99
+    assert dict(state.xid_totals) == {"13": 1}

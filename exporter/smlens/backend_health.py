@@ -30,7 +30,7 @@ class BackendHealth:
     samples: int = 0
     _first_failure: str | None = field(default=None, init=False)
     # A read-only copy of ``errors``, made again only after they change: stats() runs every tick.
-    _errors_view: Mapping[str, int] | None = field(default=None, init=False)
+    _errors_view: Mapping[str, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def begin_tick(self) -> None:
         self._first_failure = None

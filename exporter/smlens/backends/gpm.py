@@ -84,7 +84,8 @@ def metrics_request(nv: Any, metrics: Sequence[tuple[str, str]] = METRICS) -> An
 def results_layout(request: Any, metrics: int) -> struct.Struct:
     """Where each metric's nvmlReturn and value lie in a ``c_nvmlGpmMetricsGet_t``, for one unpack of all.
 
-    The offsets come from the ctypes types themselves, so the layout follows the installed pynvml."""
+    The offsets come from the ctypes types themselves, so the layout follows the installed pynvml; nvml.h
+    fixes the two fields' types (a 4-byte return code before an 8-byte double)."""
     element = type(request.metrics[0])
     size, returned, value = ctypes.sizeof(element), element.nvmlReturn.offset, element.value.offset
     one = f"{returned}xI{value - returned - 4}xd{size - value - 8}x"

@@ -72,8 +72,9 @@ _CLOCK_EVENT_REASONS = (
     ("display_clock_setting", "nvmlClocksEventReasonDisplayClockSetting"),
 )
 
-# The reads made every tick besides memory info and field values: key, pynvml function, the names of the
-# pynvml constants it takes after the handle, the factor to the metric's unit, and whether it is a total.
+# The every-tick reads that give one number each (memory info, field values, clock-event reasons and the XID
+# drain are read apart): key, pynvml function, the names of the pynvml constants it takes after the handle,
+# the factor to the metric's unit, and whether it is a total.
 _TICK_READS = (
     (POWER_WATTS, "nvmlDeviceGetPowerUsage", (), 1e-3, False),
     (POWER_LIMIT_WATTS, "nvmlDeviceGetEnforcedPowerLimit", (), 1e-3, False),
@@ -263,8 +264,8 @@ class NvmlBackend(DeviceSource):
             ),
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
             reads=tuple(
-                (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, into)
-                for key, fn, constants, scale, into in _TICK_READS
+                (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
+                for key, fn, constants, scale, is_total in _TICK_READS
             ),
         )
         self._prime_samples(device)
@@ -287,13 +288,13 @@ class NvmlBackend(DeviceSource):
         else:
             gauges[MEMORY_USED_BYTES] = float(memory.used)
             gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
-        for key, name, args, scale, into in device.reads:
+        for key, name, args, scale, is_total in device.reads:
             try:
                 value = getattr(nv, name)(*args)
             except error as exc:
                 missing[key] = failure(exc.value, label).reason
             else:
-                (totals if into else gauges)[key] = value * scale
+                (totals if is_total else gauges)[key] = value * scale
         temperature = self._memory_temperature(device)
         if isinstance(temperature, Absent):
             missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
@@ -319,12 +320,11 @@ class NvmlBackend(DeviceSource):
             missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
         activity: dict[str, Activity] = {}
-        if now >= device.next_samples_at or not device.samples_supported:
-            utilization = self._utilization(device, now)
-            if isinstance(utilization, Absent):
-                missing[UTILIZATION] = utilization.reason
-            elif utilization is not None:
-                activity[UTILIZATION] = utilization
+        utilization = self._utilization(device, now)
+        if isinstance(utilization, Absent):
+            missing[UTILIZATION] = utilization.reason
+        elif utilization is not None:
+            activity[UTILIZATION] = utilization
         layout = self._session.mig_layout(gpu, now)
         if device.xid_watch is not None:
             missing[XID_EVENTS] = device.xid_watch.reason
