@@ -1,4 +1,4 @@
-"""The one gate every NVML call of smlens passes through.
+"""The gate NVML calls of smlens pass through, and the one place NVML errors become reasons.
 
 ``call(fn, *args, gpu=...)`` returns what the pynvml function returns, or :class:`Absent` with a short
 reason when NVML cannot give the value: ``not_supported``, ``no_permission``, ``timeout``, ``not_found``...
@@ -8,6 +8,10 @@ function the installed nvidia-ml-py does not define. A lost GPU raises
 
 pynvml is looked up in ``sys.modules`` at each use (:func:`nvml_module`), never bound at import, so that
 tests can put a fake module in its place.
+
+The per-tick reads of the nvml backend and the XID drain catch ``NVMLError`` themselves instead of going
+through ``call``, which would add a frame per call at every tick; they turn the error into its reason with
+:func:`failure`, as ``call`` does.
 """
 
 from __future__ import annotations
