@@ -1,5 +1,5 @@
-"""Benchmark (GPU host): how much slower smlens' Python runs with cold CPU caches, as at every tick of a
-sampler that sleeps between ticks, than in a loop.
+"""Benchmark (GPU host): how much slower smlens' Python runs on a cold CPU (after a sleep, as at every tick
+of a sampler that sleeps between ticks, or right after NVML calls) than in a loop.
 
     python3 bench/cold_cost.py [--times 30] [--pause 0.5]
 

@@ -198,10 +198,11 @@ class Bare:
 
 
 class Minimal(Bare):
-    """The bare calls of a whole GPU and the least a sampler keeping smlens' contract does with what they
-    return: every value in base units into a fresh dict (absent values left out), the GPM metrics checked
-    and decoded in one unpack, each ratio integrated into active and covered seconds, the dict published.
-    No per-GPU objects, no fold, no snapshot: a floor for any Python sampler, not a design."""
+    """The bare calls of a whole GPU and the least a Python sampler does with what they return: every value
+    in base units into a fresh dict, the GPM metrics decoded in one unpack (those with an error code or a
+    NaN left out), each ratio integrated into active and covered seconds, the dict published. No error
+    handling per call, no clock-event decoding, no backend health, no per-GPU objects, fold or snapshot:
+    a floor for any Python sampler, not a design."""
 
     def __init__(self, nv: Any) -> None:
         super().__init__(nv, 0, real=True)
