@@ -60,7 +60,7 @@ CLOCK_EVENTS = "clock_events"  # key in Reading.missing
 XID_EVENTS = "xid_events"  # key in Reading.missing
 
 # Reason names of docs/metrics.md and the pynvml constant of each one's bit.
-_CLOCK_EVENT_REASONS = (
+CLOCK_EVENT_REASONS = (
     ("gpu_idle", "nvmlClocksEventReasonGpuIdle"),
     ("applications_clocks_setting", "nvmlClocksEventReasonApplicationsClocksSetting"),
     ("sw_power_cap", "nvmlClocksEventReasonSwPowerCap"),
@@ -75,7 +75,7 @@ _CLOCK_EVENT_REASONS = (
 # The every-tick reads that give one number each (memory info, field values, clock-event reasons and the XID
 # drain are read apart): key, pynvml function, the names of the pynvml constants it takes after the handle,
 # the factor to the metric's unit, and whether it is a total.
-_TICK_READS = (
+TICK_READS = (
     (POWER_WATTS, "nvmlDeviceGetPowerUsage", (), 1e-3, False),
     (POWER_LIMIT_WATTS, "nvmlDeviceGetEnforcedPowerLimit", (), 1e-3, False),
     (TEMPERATURE_CELSIUS, "nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",), 1.0, False),
@@ -96,7 +96,7 @@ _TICK_READS = (
         True,
     ),
 )
-_TickRead = tuple[str, str, tuple[Any, ...], float, bool]  # _TICK_READS with the handle and constants bound
+_TickRead = tuple[str, str, tuple[Any, ...], float, bool]  # TICK_READS with the handle and constants bound
 
 
 # CUDA cores per SM by compute capability: the SM count is NVML's core count divided by this where
@@ -136,7 +136,7 @@ class _Device:
     max_sm_clock: float | Absent
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
-    reads: tuple[_TickRead, ...]  # _TICK_READS for this handle
+    reads: tuple[_TickRead, ...]  # TICK_READS for this handle
     samples_supported: bool = True
     rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
@@ -259,13 +259,13 @@ class NvmlBackend(DeviceSource):
             if isinstance(supported, Absent)
             else tuple(
                 (reason, getattr(nv, bit))
-                for reason, bit in _CLOCK_EVENT_REASONS
+                for reason, bit in CLOCK_EVENT_REASONS
                 if supported & getattr(nv, bit)
             ),
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
             reads=tuple(
                 (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
-                for key, fn, constants, scale, is_total in _TICK_READS
+                for key, fn, constants, scale, is_total in TICK_READS
             ),
         )
         self._prime_samples(device)
