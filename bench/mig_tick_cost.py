@@ -65,15 +65,14 @@ from smlens.backends.gpm import (  # noqa: E402
 from smlens.backends.nvml import (  # noqa: E402
     CLOCK_EVENT_REASONS,
     CLOCK_EVENTS,
-    TICK_READS,
+    bind_tick_reads,
     open_nvml_backends,
+    read_plain,
 )
 from smlens.model import Activity, BackendStats, GpuIdentity, GpuState, Snapshot  # noqa: E402
 from smlens.names import (  # noqa: E402
     ENERGY_JOULES,
     MEMORY_TEMPERATURE_CELSIUS,
-    MEMORY_TOTAL_BYTES,
-    MEMORY_USED_BYTES,
     PCIE_REPLAYS,
     SM_ACTIVE,
     SM_CLOCK_MAX_HERTZ,
@@ -298,10 +297,7 @@ class Compact(Bare):
     def __init__(self, nv: Any, identity: GpuIdentity) -> None:
         super().__init__(nv, 0, real=True)
         self.identity, handle = identity, self.handle
-        self.reads = tuple(
-            (key, name, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
-            for key, name, constants, scale, is_total in TICK_READS
-        )
+        self.reads = bind_tick_reads(nv, handle)
         supported = nv.nvmlDeviceGetSupportedClocksEventReasons(handle)
         self.reasons = tuple(
             (reason, getattr(nv, bit)) for reason, bit in CLOCK_EVENT_REASONS if supported & getattr(nv, bit)
@@ -330,19 +326,7 @@ class Compact(Bare):
         gauges: dict[str, float] = {SM_CLOCK_MAX_HERTZ: self.max_sm_clock}
         totals: dict[str, float] = dict(self.counters)
         missing: dict[str, str] = {}
-        try:
-            memory = nv.nvmlDeviceGetMemoryInfo(handle)
-        except error as exc:
-            missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(exc.value, label).reason
-        else:
-            gauges[MEMORY_USED_BYTES], gauges[MEMORY_TOTAL_BYTES] = float(memory.used), float(memory.total)
-        for key, name, args, scale, is_total in self.reads:
-            try:
-                value = getattr(nv, name)(*args)
-            except error as exc:
-                missing[key] = failure(exc.value, label).reason
-            else:
-                (totals if is_total else gauges)[key] = value * scale
+        read_plain(nv, handle, self.reads, label, gauges, totals, missing)
         try:
             field = nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])[0]
         except error as exc:

@@ -96,7 +96,7 @@ TICK_READS = (
         True,
     ),
 )
-_TickRead = tuple[str, str, tuple[Any, ...], float, bool]  # TICK_READS with the handle and constants bound
+TickRead = tuple[str, str, tuple[Any, ...], float, bool]  # TICK_READS with the handle and constants bound
 
 
 # CUDA cores per SM by compute capability: the SM count is NVML's core count divided by this where
@@ -136,7 +136,7 @@ class _Device:
     max_sm_clock: float | Absent
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
-    reads: tuple[_TickRead, ...]  # TICK_READS for this handle
+    reads: tuple[TickRead, ...]  # TICK_READS for this handle
     samples_supported: bool = True
     rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
@@ -144,6 +144,43 @@ class _Device:
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
     counters: dict[str, float | Absent] = field(default_factory=dict)  # energy, PCIe replays: last read
     next_counters_at: float = -math.inf
+
+
+def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
+    """TICK_READS with the device handle and the pynvml constants in place."""
+    return tuple(
+        (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
+        for key, fn, constants, scale, is_total in TICK_READS
+    )
+
+
+def read_plain(
+    nv: Any,
+    handle: Any,
+    reads: tuple[TickRead, ...],
+    label: str,
+    gauges: dict[str, float],
+    totals: dict[str, float],
+    missing: dict[str, str],
+) -> None:
+    """Memory info and the bound TICK_READS of one device, each NVML error put in ``missing`` as its reason.
+
+    The errors are caught here rather than through ``call``: these reads run at every tick."""
+    error = nv.NVMLError
+    try:
+        memory = nv.nvmlDeviceGetMemoryInfo(handle)
+    except error as exc:
+        missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(exc.value, label).reason
+    else:
+        gauges[MEMORY_USED_BYTES] = float(memory.used)
+        gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
+    for key, name, args, scale, is_total in reads:
+        try:
+            value = getattr(nv, name)(*args)
+        except error as exc:
+            missing[key] = failure(exc.value, label).reason
+        else:
+            (totals if is_total else gauges)[key] = value * scale
 
 
 def _scaled(value: Any, factor: float) -> float | Absent:
@@ -263,10 +300,7 @@ class NvmlBackend(DeviceSource):
                 if supported & getattr(nv, bit)
             ),
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
-            reads=tuple(
-                (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
-                for key, fn, constants, scale, is_total in TICK_READS
-            ),
+            reads=bind_tick_reads(nv, handle),
         )
         self._prime_samples(device)
         self._devices[gpu.uuid] = device
@@ -277,24 +311,11 @@ class NvmlBackend(DeviceSource):
         if device is None:
             raise BackendError(f"the nvml backend is not attached to {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
-        error, handle, label = nv.NVMLError, device.handle, device.label
+        handle, label = device.handle, device.label
         gauges: dict[str, float] = {}
         totals: dict[str, float] = {}
         missing: dict[str, str] = {}
-        try:
-            memory = nv.nvmlDeviceGetMemoryInfo(handle)
-        except error as exc:
-            missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(exc.value, label).reason
-        else:
-            gauges[MEMORY_USED_BYTES] = float(memory.used)
-            gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
-        for key, name, args, scale, is_total in device.reads:
-            try:
-                value = getattr(nv, name)(*args)
-            except error as exc:
-                missing[key] = failure(exc.value, label).reason
-            else:
-                (totals if is_total else gauges)[key] = value * scale
+        read_plain(nv, handle, device.reads, label, gauges, totals, missing)
         temperature = self._memory_temperature(device)
         if isinstance(temperature, Absent):
             missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
