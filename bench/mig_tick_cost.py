@@ -292,7 +292,9 @@ class Compact(Bare):
     by ``failure``, the clock-event reasons decoded, the XID events drained, the GPM ratios integrated, the
     tick's wall and CPU time kept), made by one method instead of two backends' readings and the generic
     fold. Left out: other backends, MIG, the utilization samples and slow counters (read every 5 and 15 s
-    and left out of every side here) and the profiling choice. A measurement, not smlens' code."""
+    and left out of every side here), backend health bookkeeping, XIDs of registered devices (it drains
+    Bare's empty event set), the fold's carried totals and last ratios, and the profiling choice: a lower
+    bound for that design. A measurement, not smlens' code."""
 
     def __init__(self, nv: Any, identity: GpuIdentity) -> None:
         super().__init__(nv, 0, real=True)
