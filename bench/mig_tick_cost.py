@@ -67,12 +67,13 @@ from smlens.backends.nvml import (  # noqa: E402
     CLOCK_EVENTS,
     bind_tick_reads,
     open_nvml_backends,
-    read_plain,
 )
 from smlens.model import Activity, BackendStats, GpuIdentity, GpuState, Snapshot  # noqa: E402
 from smlens.names import (  # noqa: E402
     ENERGY_JOULES,
     MEMORY_TEMPERATURE_CELSIUS,
+    MEMORY_TOTAL_BYTES,
+    MEMORY_USED_BYTES,
     PCIE_REPLAYS,
     SM_ACTIVE,
     SM_CLOCK_MAX_HERTZ,
@@ -322,17 +323,72 @@ class Compact(Bare):
         self.published: Snapshot | None = None
 
     def tick(self) -> None:
+        self.build(self.capture())
+
+    def capture(self) -> tuple[Any, ...]:
+        """The tick's NVML and GPM calls, each result or NVMLError kept as it came, with the tick's clocks."""
         started, cpu_started = time.perf_counter(), time.thread_time()
-        nv, handle, label = self.nv, self.handle, "GPU 0"
+        nv, handle = self.nv, self.handle
+        error = nv.NVMLError
+        results: list[Any] = []
+        try:
+            results.append(nv.nvmlDeviceGetMemoryInfo(handle))
+        except error as exc:
+            results.append(exc)
+        for _, name, args, _, _ in self.reads:
+            try:
+                results.append(getattr(nv, name)(*args))
+            except error as exc:
+                results.append(exc)
+        try:
+            results.append(nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])[0])
+        except error as exc:
+            results.append(exc)
+        try:
+            results.append(nv.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        except error as exc:
+            results.append(exc)
+        events = []
+        for _ in range(256):
+            try:
+                events.append(int(nv.nvmlEventSetWait_v2(self.events, 0).eventData))
+            except error:
+                break
+        slot = 1 - self.newest
+        samples, request = self.whole
+        try:
+            nv.nvmlGpmSampleGet(handle, samples[slot])
+            request.sample1, request.sample2 = samples[self.newest], samples[slot]
+            nv.nvmlGpmMetricsGet(request)
+        except error as exc:
+            gpm: Any = exc
+        else:
+            self.newest = slot
+            gpm = self.unpack()
+        return results, events, gpm, time.monotonic(), started, cpu_started
+
+    def build(self, captured: tuple[Any, ...]) -> None:
+        """What smlens would publish for the captured tick."""
+        results, events, gpm, now, started, cpu_started = captured
+        nv, label = self.nv, "GPU 0"
         error, success = nv.NVMLError, nv.NVML_SUCCESS
         gauges: dict[str, float] = {SM_CLOCK_MAX_HERTZ: self.max_sm_clock}
         totals: dict[str, float] = dict(self.counters)
         missing: dict[str, str] = {}
-        read_plain(nv, handle, self.reads, label, gauges, totals, missing)
-        try:
-            field = nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])[0]
-        except error as exc:
-            missing[MEMORY_TEMPERATURE_CELSIUS] = failure(exc.value, label).reason
+        memory = results[0]
+        if isinstance(memory, error):
+            missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(memory.value, label).reason
+        else:
+            gauges[MEMORY_USED_BYTES] = float(memory.used)
+            gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
+        for (key, _, _, scale, is_total), value in zip(self.reads, results[1:], strict=False):
+            if isinstance(value, error):
+                missing[key] = failure(value.value, label).reason
+            else:
+                (totals if is_total else gauges)[key] = value * scale
+        field, current = results[-2], results[-1]
+        if isinstance(field, error):
+            missing[MEMORY_TEMPERATURE_CELSIUS] = failure(field.value, label).reason
         else:
             temperature = (
                 value_of(field.value, field.valueType)
@@ -343,36 +399,22 @@ class Compact(Bare):
                 missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
             else:
                 gauges[MEMORY_TEMPERATURE_CELSIUS] = temperature
-        try:
-            current = nv.nvmlDeviceGetCurrentClocksEventReasons(handle)
-        except error as exc:
-            missing[CLOCK_EVENTS] = failure(exc.value, label).reason
-            events: dict[str, bool] = {}
+        if isinstance(current, error):
+            missing[CLOCK_EVENTS] = failure(current.value, label).reason
+            clock_events: dict[str, bool] = {}
         else:
-            events = {reason: bool(current & bit) for reason, bit in self.reasons}
-        for _ in range(256):
-            try:
-                event = nv.nvmlEventSetWait_v2(self.events, 0)
-            except error:
-                break
+            clock_events = {reason: bool(current & bit) for reason, bit in self.reasons}
+        if events:
             counts = dict(self.xids)
-            xid = xid_label(int(event.eventData))
-            counts[xid] = counts.get(xid, 0) + 1
+            for data in events:
+                xid = xid_label(data)
+                counts[xid] = counts.get(xid, 0) + 1
             self.xids = MappingProxyType(counts)
-        slot = 1 - self.newest
-        samples, request = self.whole
-        try:
-            nv.nvmlGpmSampleGet(handle, samples[slot])
-            request.sample1, request.sample2 = samples[self.newest], samples[slot]
-            nv.nvmlGpmMetricsGet(request)
-        except error as exc:
-            missing[SM_ACTIVE] = failure(exc.value, label).reason
+        if isinstance(gpm, error):
+            missing[SM_ACTIVE] = failure(gpm.value, label).reason
         else:
-            self.newest = slot
-            now = time.monotonic()
             seconds, self.taken_at = now - self.taken_at, now
-            flat = self.unpack()
-            for (key, is_ratio), returned, value in zip(self.metrics, flat[::2], flat[1::2], strict=True):
+            for (key, is_ratio), returned, value in zip(self.metrics, gpm[::2], gpm[1::2], strict=True):
                 if returned != success:
                     missing[key] = failure(returned, label).reason
                 elif not math.isfinite(value):
@@ -392,7 +434,7 @@ class Compact(Bare):
             gauges=MappingProxyType(gauges),
             activity_totals=MappingProxyType({k: Activity(a, c) for k, (a, c) in self.activity.items()}),
             totals=MappingProxyType(totals),
-            clock_events=MappingProxyType(events),
+            clock_events=MappingProxyType(clock_events),
             xid_totals=self.xids,
             missing=MappingProxyType(missing),
             profiling_source="gpm",
@@ -417,6 +459,25 @@ class Compact(Bare):
         )
 
 
+class Deferred(Compact):
+    """The compact prototype split in two: each tick only makes the calls and keeps what they return
+    (``capture``); every ``batch`` ticks the kept ticks are built into states in one go (``build``), while
+    the code is warm. A prototype of deferring a tick's decoding (published states lag by up to ``batch``
+    ticks unless a reader asks for them); its cost is the mean over ticks, the batch included."""
+
+    def __init__(self, nv: Any, identity: GpuIdentity, batch: int) -> None:
+        super().__init__(nv, identity)
+        self.batch = batch
+        self.pending: list[tuple[Any, ...]] = []
+
+    def tick(self) -> None:
+        self.pending.append(self.capture())
+        if len(self.pending) >= self.batch:
+            for captured in self.pending:
+                self.build(captured)
+            self.pending.clear()
+
+
 def functions_run(tick: Callable[[], Any]) -> set[tuple[str, str]]:
     """The (module, function) pairs of smlens that one call of ``tick`` runs, generated ones left out."""
     seen: set[tuple[str, str]] = set()
@@ -436,18 +497,23 @@ def functions_run(tick: Callable[[], Any]) -> set[tuple[str, str]]:
 
 def compare_compact(node: FakeNode, sampler: Sampler) -> None:
     """Does the Compact prototype publish the keys smlens' own state has for the same whole GPU?"""
-    compact = Compact(node.module, sampler.gpus[0])
+    prototypes = {
+        "Compact": Compact(node.module, sampler.gpus[0]),
+        "Deferred": Deferred(node.module, sampler.gpus[0], 2),
+    }
     for _ in range(2):
         node.advance(1.0)
-        compact.tick()
-    assert compact.published is not None and sampler.latest is not None
-    ours, theirs = compact.published.gpus[0], sampler.latest.gpus[0]
-    differ = {
-        part: sorted(set(getattr(theirs, part)) ^ set(getattr(ours, part)))
-        for part in ("gauges", "totals", "activity_totals", "clock_events", "missing")
-    }
-    differ = {part: keys for part, keys in differ.items() if keys}
-    print(f"  Compact prototype against smlens' state, keys that differ: {differ or 'none'}")
+        for prototype in prototypes.values():
+            prototype.tick()
+    for name, prototype in prototypes.items():
+        assert prototype.published is not None and sampler.latest is not None
+        ours, theirs = prototype.published.gpus[0], sampler.latest.gpus[0]
+        differ = {
+            part: sorted(set(getattr(theirs, part)) ^ set(getattr(ours, part)))
+            for part in ("gauges", "totals", "activity_totals", "clock_events", "missing")
+        }
+        differ = {part: keys for part, keys in differ.items() if keys}
+        print(f"  {name} prototype against smlens' state, keys that differ: {differ or 'none'}")
 
 
 def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) -> tuple[float, float]:
@@ -483,7 +549,7 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
     return statistics.median(smlens_us), statistics.median(bare_us)
 
 
-def run_real(ticks: int, pause: float) -> dict[str, list[float]]:
+def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
     """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens' Sampler.tick(), the bare calls,
     the minimal sampler and the compact prototype, each after its own pause (all pay the wake-up a sampler
     pays), each first in turn."""
@@ -495,6 +561,7 @@ def run_real(ticks: int, pause: float) -> dict[str, list[float]]:
         "bare calls": Bare(pynvml, 0, real=True).tick,
         "minimal sampler": Minimal(pynvml).tick,
         "compact prototype": Compact(pynvml, sampler.gpus[0]).tick,
+        f"deferred x{batch}": Deferred(pynvml, sampler.gpus[0], batch).tick,
     }
     spent: dict[str, list[float]] = {side: [] for side in ticking}
     order = list(ticking)
@@ -513,8 +580,8 @@ def run_real(ticks: int, pause: float) -> dict[str, list[float]]:
     return spent
 
 
-def report_real(ticks: int, pause: float) -> None:
-    spent = run_real(ticks, pause)
+def report_real(ticks: int, pause: float, batch: int) -> None:
+    spent = run_real(ticks, pause, batch)
     print(f"this host's GPU 0, whole, real NVML and GPM, {ticks} ticks of each, {pause} s apart, wall clock")
     for what, pick in (("median", statistics.median), ("mean", statistics.fmean)):
         bare = pick(spent["bare calls"])
@@ -532,9 +599,10 @@ def main() -> None:
     parser.add_argument("--latencies", choices=("h200", "reference"), default="h200")
     parser.add_argument("--real", action="store_true", help="on a GPU host: its GPU 0 through real NVML")
     parser.add_argument("--pause", type=float, default=0.5, help="--real: seconds before each tick")
+    parser.add_argument("--batch", type=int, default=10, help="--real: ticks the deferred prototype keeps")
     args = parser.parse_args()
     if args.real:
-        report_real(args.ticks, args.pause)
+        report_real(args.ticks, args.pause, args.batch)
         return
     table, nvml, gpm = latencies(args.latencies)
     print(
