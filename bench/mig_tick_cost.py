@@ -517,7 +517,8 @@ def compare_compact(node: FakeNode, sampler: Sampler) -> None:
 
 
 def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) -> tuple[float, float]:
-    """Median CPU µs per tick for smlens and for the bare calls."""
+    """Mean CPU µs per tick for smlens (as its thread samples: the publishing of every
+    ``PUBLISH_EVERY_TICKS``-th tick included) and for the bare calls."""
     node = fake_node(instances, table, gpm_factor)
     now = [0.0]
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=5.0)
@@ -533,35 +534,44 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
         node.advance(1.0)
         now[0] += 1.0
         started = time.thread_time()
-        sampler.tick()
+        sampler.background_tick()
         smlens_us.append((time.thread_time() - started) * 1e6)
         started = time.thread_time()
         bare.tick()
         bare_us.append((time.thread_time() - started) * 1e6)
-    latest = sampler.latest
+    latest = sampler.publish()
     assert latest is not None and len(latest.gpus[0].instances) == instances, "the instances were not read"
     node.advance(1.0)
     now[0] += 1.0
-    print(f"  functions of smlens one tick runs: {len(functions_run(sampler.tick))}")
+    print(f"  functions of smlens a capture runs: {len(functions_run(sampler.capture))}")
+    node.advance(1.0)
+    now[0] += 1.0
+    print(f"  functions of smlens a tick runs, capture and publish: {len(functions_run(sampler.tick))}")
     if not instances:
         compare_compact(node, sampler)
     sampler.close()
-    return statistics.median(smlens_us), statistics.median(bare_us)
+    return statistics.fmean(smlens_us), statistics.fmean(bare_us)
 
 
 def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
-    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens' Sampler.tick(), the bare calls,
-    the minimal sampler and the compact prototype, each after its own pause (all pay the wake-up a sampler
-    pays), each first in turn."""
-    nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
-    sampler = Sampler(nvml, [gpm], hostname="bench", interval=pause)
-    sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
+    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens as its thread samples (capture
+    every tick, publish every ``PUBLISH_EVERY_TICKS``), smlens' ``Sampler.tick()`` (capture and publish
+    every tick), the bare calls, the minimal sampler and the two prototypes, each after its own pause (all
+    pay the wake-up a sampler pays), each first in turn."""
+    samplers = []
+    for _ in range(2):  # each with its own backends and GPM samples
+        nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
+        sampler = Sampler(nvml, [gpm], hostname="bench", interval=pause)
+        sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
+        samplers.append(sampler)
+    threaded, eager = samplers
     ticking = {
-        "smlens": sampler.tick,
+        "smlens": threaded.background_tick,
+        "smlens tick()": eager.tick,
         "bare calls": Bare(pynvml, 0, real=True).tick,
         "minimal sampler": Minimal(pynvml).tick,
-        "compact prototype": Compact(pynvml, sampler.gpus[0]).tick,
-        f"deferred x{batch}": Deferred(pynvml, sampler.gpus[0], batch).tick,
+        "compact prototype": Compact(pynvml, threaded.gpus[0]).tick,
+        f"deferred x{batch}": Deferred(pynvml, threaded.gpus[0], batch).tick,
     }
     spent: dict[str, list[float]] = {side: [] for side in ticking}
     order = list(ticking)
@@ -576,7 +586,8 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
                 ticking[side]()
                 spent[side].append((time.perf_counter() - started) * 1e6)
     finally:
-        sampler.close()
+        for sampler in samplers:
+            sampler.close()
     return spent
 
 
@@ -607,7 +618,7 @@ def main() -> None:
     table, nvml, gpm = latencies(args.latencies)
     print(
         f"one H200 on the fake pynvml, {args.latencies} call latencies (reference x {nvml:.2f} for NVML, "
-        f"x {gpm:.2f} for GPM), median per tick over {args.ticks} ticks"
+        f"x {gpm:.2f} for GPM), mean per tick over {args.ticks} ticks"
     )
     for instances in (0, args.instances):
         smlens, bare = run(instances, args.ticks, table, gpm)

@@ -1,5 +1,12 @@
 """The background sampler: reads every GPU from every backend once per tick, off the request path,
-and publishes an immutable :class:`~smlens.model.Snapshot`.
+and publishes an immutable :class:`~smlens.model.Snapshot` per tick.
+
+A tick has two halves. ``capture`` makes the tick's calls and keeps what they return; ``publish`` turns
+every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
+sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would span more than
+``PUBLISH_EVERY_SECONDS``), and a reader calls ``publish``
+before it answers, so that nothing it serves is older than the last capture. Decoding several ticks in a
+row runs warm: on an H200 that is what brings the per-tick cost near the bare calls' (docs/performance.md).
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
@@ -7,6 +14,7 @@ the GPU's values from that backend are left out, and counters keep their totals.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -16,7 +24,7 @@ from dataclasses import dataclass
 from smlens import profiling_policy
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.backend_health import BackendHealth
-from smlens.backends.base import Backend, DeviceSource
+from smlens.backends.base import Backend, Captured, DeviceSource, finish
 from smlens.errors import BackendError, GpuLostError
 from smlens.fold import GpuTotals, fold
 from smlens.model import EMPTY_ATTRIBUTION, GpuIdentity, GpuState, Reading, Snapshot
@@ -25,6 +33,8 @@ from smlens.profiling_policy import ProfilingChoice
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Snapshot], None]
+# The sampler's thread keeps at most this many ticks, and ticks of this many seconds, captured and undecoded.
+PUBLISH_EVERY_TICKS, PUBLISH_EVERY_SECONDS = 10, 10.0
 
 
 @dataclass
@@ -32,6 +42,17 @@ class _Source:
     backend: Backend
     health: BackendHealth
     served: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Capture:
+    """One tick's calls: per GPU, per backend that served it, the seconds its capture took and what it
+    returned or raised."""
+
+    taken_at: float
+    seconds: float
+    cpu_seconds: float
+    gpus: tuple[tuple[tuple[_Source, float, Captured | Exception], ...], ...]
 
 
 @dataclass
@@ -71,6 +92,11 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._attribution: AttributionRefresher | None = None
+        self._pending: collections.deque[_Capture] = collections.deque()
+        self._publishing = threading.Lock()
+        self._batch = (
+            max(1, min(PUBLISH_EVERY_TICKS, int(PUBLISH_EVERY_SECONDS / interval))) if interval > 0 else 1
+        )
         self.latest: Snapshot | None = None
 
     @property
@@ -102,20 +128,70 @@ class Sampler:
         return gpus
 
     def tick(self) -> Snapshot:
+        """Capture one tick and publish it (with any captured before it)."""
+        self.capture()
+        snapshot = self.publish()
+        assert snapshot is not None  # a tick was just captured
+        return snapshot
+
+    def background_tick(self) -> None:
+        """What the sampler's thread does each interval: capture, and publish once the batch is full."""
+        self.capture()
+        if len(self._pending) >= self._batch:
+            self.publish()
+
+    def capture(self) -> None:
+        """Make one tick's calls; ``publish`` decodes them."""
+        started, cpu_started = self._clock(), time.thread_time()
+        gpus = tuple([self._capture_gpu(gpu) for gpu in self._gpus])
+        self._pending.append(
+            _Capture(self._wall(), self._clock() - started, time.thread_time() - cpu_started, gpus)
+        )
+
+    def _capture_gpu(self, gpu: _Gpu) -> tuple[tuple[_Source, float, Captured | Exception], ...]:
+        if gpu.lost:
+            return ()
+        now = self._clock()
+        ident = gpu.identity
+        captured = []
+        for source in self._sources:
+            if ident.uuid not in source.served:
+                continue
+            started = self._clock()
+            try:
+                result: Captured | Exception = source.backend.capture(ident, now)
+            except Exception as exc:  # handled in publish, in the tick's order
+                result = exc
+            captured.append((source, self._clock() - started, result))
+            if isinstance(result, GpuLostError):
+                break
+        return tuple(captured)
+
+    def publish(self) -> Snapshot | None:
+        """Decode and fold every captured tick, oldest first, each snapshot going to the listeners.
+        Returns the latest snapshot (None before the first tick). Safe to call from any thread."""
+        with self._publishing:
+            while self._pending:
+                self._publish_one(self._pending.popleft())
+        return self.latest
+
+    def _publish_one(self, captured: _Capture) -> None:
         started, cpu_started = self._clock(), time.thread_time()
         for source in self._sources:
             source.health.begin_tick()
-        states = [self._sample_gpu(gpu) for gpu in self._gpus]
+        states = [
+            self._fold_gpu(gpu, entries) for gpu, entries in zip(self._gpus, captured.gpus, strict=True)
+        ]
         for source in self._sources:
             source.health.end_tick()
         self._sequence += 1
-        self._cpu_total += time.thread_time() - cpu_started
+        self._cpu_total += captured.cpu_seconds + time.thread_time() - cpu_started
         snapshot = Snapshot(
             hostname=self._hostname,
             sequence=self._sequence,
-            taken_at=self._wall(),
+            taken_at=captured.taken_at,
             interval_seconds=self._interval,
-            tick_duration_seconds=self._clock() - started,
+            tick_duration_seconds=captured.seconds + self._clock() - started,
             sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
             attribution=EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current(),
@@ -124,35 +200,39 @@ class Sampler:
         self.latest = snapshot
         for listener in self._listeners:
             listener(snapshot)
-        return snapshot
 
-    def _sample_gpu(self, gpu: _Gpu) -> GpuState:
-        readings, missing, up = self._read_gpu(gpu)
+    def _fold_gpu(
+        self, gpu: _Gpu, entries: tuple[tuple[_Source, float, Captured | Exception], ...]
+    ) -> GpuState:
+        readings, missing, up = self._readings(gpu, entries)
         gpu.totals, state = fold(gpu.identity, gpu.totals, readings, missing, up, gpu.choice)
         return state
 
-    def _read_gpu(self, gpu: _Gpu) -> tuple[list[Reading], dict[str, str], bool]:
-        """This tick's readings of one GPU, the backends that failed it (name -> reason), and its up."""
-        now = self._clock()
+    def _readings(
+        self, gpu: _Gpu, entries: tuple[tuple[_Source, float, Captured | Exception], ...]
+    ) -> tuple[list[Reading], dict[str, str], bool]:
+        """One tick's readings of a GPU, the backends that failed it (name -> reason), and its up."""
         ident = gpu.identity
         readings: list[Reading] = []
         missing: dict[str, str] = {}
-        up = not gpu.lost
-        for source in self._sources:
-            if ident.uuid not in source.served or gpu.lost:
-                continue
+        if gpu.lost:  # captured before its loss was decoded, or not at all
+            return readings, missing, False
+        up = True
+        for source, seconds, result in entries:
             health, name = source.health, source.backend.name
             started = self._clock()
             try:
                 try:
-                    reading = source.backend.read(ident, now)
-                finally:  # the read only, not the logging of its failure
-                    health.spent(self._clock() - started)
-                readings.append(reading)
+                    if isinstance(result, Exception):
+                        raise result
+                    readings.append(finish(result))
+                finally:  # the capture and its decoding only, not the logging of a failure
+                    health.spent(seconds + self._clock() - started)
             except GpuLostError as exc:
                 health.gpu_lost(exc.reason)
                 gpu.lost, up = True, False
                 log.error("GPU %d (%s) is lost: %s", ident.index, ident.uuid, exc)
+                break
             except Exception as exc:  # a backend bug must not stop the sampler
                 reason = exc.reason if isinstance(exc, BackendError) else "unexpected"
                 health.failed(reason, f"GPU {ident.index} ({ident.uuid}): {exc}")
@@ -175,7 +255,7 @@ class Sampler:
         deadline = self._clock()
         while not self._stop.is_set():
             try:
-                self.tick()
+                self.background_tick()
             except Exception:  # keep sampling; the stale-snapshot alert tells the user
                 log.exception("sampling tick failed")
             deadline += self._interval

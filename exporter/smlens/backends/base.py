@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from smlens.model import GpuIdentity, Reading
+
+# What ``Backend.capture`` returns: the Reading, or what makes it from the values already read.
+Captured = Reading | Callable[[], Reading]
+
+
+def finish(captured: Captured) -> Reading:
+    """The Reading of a capture; decoding raises what ``read`` would have raised."""
+    return captured if isinstance(captured, Reading) else captured()
 
 
 class Backend(abc.ABC):
@@ -29,6 +37,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
         """Read one GPU."""
+
+    def capture(self, gpu: GpuIdentity, now: float) -> Captured:
+        """Make this tick's calls for one GPU; turning their results into a Reading may wait (``finish``).
+
+        The sampler captures at every tick and decodes captured ticks in batches, where Python runs warm
+        (docs/performance.md). Backends whose values need no decoding just read."""
+        return self.read(gpu, now)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release resources."""

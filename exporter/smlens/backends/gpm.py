@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smlens.backends.base import Backend
+from smlens.backends.base import Backend, Captured, finish
 from smlens.errors import BackendError
 from smlens.model import Activity, GpuIdentity, InstanceReading, MigInstance, Reading
 from smlens.names import (
@@ -68,6 +68,7 @@ INSTANCE_METRICS = tuple(m for m in RATIO_METRICS if m[0] in INSTANCE_ACTIVITIES
 _IS_RATIO = tuple((key, i < len(RATIO_METRICS)) for i, (key, _) in enumerate(METRICS))
 _INSTANCE_IS_RATIO = tuple((key, True) for key, _ in INSTANCE_METRICS)
 MIB = 1 << 20
+Stepped = tuple[float, tuple[Any, ...]]  # seconds between two samples, and the metrics' flat results
 NOT_SUPPORTED = "GPM not supported on this GPU (needs Hopper or newer)"
 
 
@@ -119,46 +120,53 @@ class _Pair:
 
     def step(
         self, nv: Any, take: Callable[..., Any], args: tuple[Any, ...], now: float, label: str
-    ) -> float | Absent | None:
+    ) -> Stepped | Absent | None:
         """Take a sample with ``take(*args, sample)`` in place of the older one. Returns the seconds since
-        the previous sample once the metrics between them are in ``request``, None after the first
-        sample, Absent when NVML failed."""
+        the previous sample and the metrics between them (each metric's nvmlReturn and value, flat: one
+        C call instead of two ctypes field reads per metric), None after the first sample, Absent when
+        NVML failed."""
         slot = 1 - self.newest
-        taken = call(take, *args, self.samples[slot], gpu=label)
-        if isinstance(taken, Absent):  # the previous sample stays, so the next interval is still exact
-            return taken
+        error = nv.NVMLError
+        try:
+            take(*args, self.samples[slot])
+        except error as exc:  # the previous sample stays, so the next interval is still exact
+            return failure(exc.value, label)
         previous, previous_at = self.samples[self.newest], self.taken_at
         self.newest, self.taken_at = slot, now
         if previous_at is None:
             return None
         self.request.sample1, self.request.sample2 = previous, self.samples[slot]
-        got = call(nv.nvmlGpmMetricsGet, self.request, gpu=label)
-        return got if isinstance(got, Absent) else now - previous_at
-
-    def decode(
-        self, nv: Any, metrics: Sequence[tuple[str, bool]], seconds: float, label: str
-    ) -> tuple[dict[str, Activity], dict[str, float], dict[str, str]]:
-        """The activity of the ratio metrics and the bytes of the traffic metrics over ``seconds``, and
-        why the others are missing. ``metrics``: (Reading key, is a ratio) in the request's order."""
-        activity: dict[str, Activity] = {}
-        increments: dict[str, float] = {}
-        missing: dict[str, str] = {}
-        flat = self.unpack()
-        success = nv.NVML_SUCCESS
-        for (key, is_ratio), returned, value in zip(metrics, flat[::2], flat[1::2], strict=True):
-            if returned != success:
-                missing[key] = failure(returned, label).reason
-            elif not math.isfinite(value):  # one NaN would poison the *_seconds_total integral
-                missing[key] = "not_a_number"
-            elif is_ratio:
-                activity[key] = Activity.of(value / 100, seconds)
-            else:
-                increments[key] = max(value, 0.0) * MIB * seconds
-        return activity, increments, missing
+        try:
+            nv.nvmlGpmMetricsGet(self.request)
+        except error as exc:
+            return failure(exc.value, label)
+        return now - previous_at, self.unpack()
 
     def free(self, nv: Any) -> None:
         for sample in self.samples:
             call(nv.nvmlGpmSampleFree, sample)
+
+
+def decode(
+    nv: Any, metrics: Sequence[tuple[str, bool]], stepped: Stepped, label: str
+) -> tuple[dict[str, Activity], dict[str, float], dict[str, str]]:
+    """The activity of the ratio metrics and the bytes of the traffic metrics over a step's seconds, and
+    why the others are missing. ``metrics``: (Reading key, is a ratio) in the request's order."""
+    activity: dict[str, Activity] = {}
+    increments: dict[str, float] = {}
+    missing: dict[str, str] = {}
+    seconds, flat = stepped
+    success = nv.NVML_SUCCESS
+    for (key, is_ratio), returned, value in zip(metrics, flat[::2], flat[1::2], strict=True):
+        if returned != success:
+            missing[key] = failure(returned, label).reason
+        elif not math.isfinite(value):  # one NaN would poison the *_seconds_total integral
+            missing[key] = "not_a_number"
+        elif is_ratio:
+            activity[key] = Activity.of(value / 100, seconds)
+        else:
+            increments[key] = max(value, 0.0) * MIB * seconds
+    return activity, increments, missing
 
 
 @dataclass
@@ -209,12 +217,15 @@ class GpmBackend(Backend):
         return None
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return finish(self.capture(gpu, now))
+
+    def capture(self, gpu: GpuIdentity, now: float) -> Captured:
         state = self._gpus.get(gpu.uuid)
         if state is None:
             raise BackendError(f"the gpm backend does not serve {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
         handle, label = state.handle, state.label
-        seconds = (
+        stepped = (
             state.whole_unsupported
             if state.whole_unsupported is not None
             else state.whole.step(nv, nv.nvmlGpmSampleGet, (handle,), now, label)
@@ -225,22 +236,27 @@ class GpmBackend(Backend):
         else:
             instances = self._read_instances(nv, state, layout, now)
         layout_read = not isinstance(layout, Absent)
-        if isinstance(seconds, Absent):
+        if isinstance(stepped, Absent):
             if not instances:
                 state.whole_unsupported = None  # not, or no longer, in MIG mode: ask again next tick
-                raise BackendError(f"GPM sample of {label} failed ({seconds.reason}).", reason=seconds.reason)
+                raise BackendError(f"GPM sample of {label} failed ({stepped.reason}).", reason=stepped.reason)
             # nvml.h does not say whether a GPU in MIG mode can be sampled whole; its instances still can.
-            if seconds.reason == "not_supported":
-                state.whole_unsupported = seconds
+            if stepped.reason == "not_supported":
+                state.whole_unsupported = stepped
             return Reading(
                 source=self.name,
-                missing={SM_ACTIVE: seconds.reason},
+                missing={SM_ACTIVE: stepped.reason},
                 instances=instances,
                 mig_layout_read=layout_read,
             )
-        if seconds is None:
+        if stepped is None:
             return Reading(source=self.name, profiling=True, instances=instances, mig_layout_read=layout_read)
-        activity, increments, missing = state.whole.decode(nv, _IS_RATIO, seconds, label)
+        return functools.partial(self._reading, stepped, label, instances, layout_read)
+
+    def _reading(
+        self, stepped: Stepped, label: str, instances: tuple[InstanceReading, ...], layout_read: bool
+    ) -> Reading:
+        activity, increments, missing = decode(nvml_module(), _IS_RATIO, stepped, label)
         return Reading(
             source=self.name,
             activity=activity,
@@ -275,18 +291,18 @@ class GpmBackend(Backend):
                     readings.append(InstanceReading(instance, missing={SM_ACTIVE: allocated.reason}))
                     continue
                 pair = state.instances[instance] = allocated
-            seconds = pair.step(nv, nv.nvmlGpmMigSampleGet, (handle, instance.gpu_instance), now, label)
-            if isinstance(seconds, Absent):
-                if seconds.reason == "not_supported":
-                    state.mig_unsupported = seconds.reason
-                elif seconds.reason in ("not_found", "invalid_argument"):  # destroyed since the last scan
+            stepped = pair.step(nv, nv.nvmlGpmMigSampleGet, (handle, instance.gpu_instance), now, label)
+            if isinstance(stepped, Absent):
+                if stepped.reason == "not_supported":
+                    state.mig_unsupported = stepped.reason
+                elif stepped.reason in ("not_found", "invalid_argument"):  # destroyed since the last scan
                     self._session.rescan_mig(state.identity)
-                readings.append(InstanceReading(instance, missing={SM_ACTIVE: seconds.reason}))
+                readings.append(InstanceReading(instance, missing={SM_ACTIVE: stepped.reason}))
                 continue
-            if seconds is None:
+            if stepped is None:
                 readings.append(InstanceReading(instance))
                 continue
-            activity, _, missing = pair.decode(nv, _INSTANCE_IS_RATIO, seconds, label)
+            activity, _, missing = decode(nv, _INSTANCE_IS_RATIO, stepped, label)
             readings.append(InstanceReading(instance, activity=activity, missing=missing))
         return tuple(readings)
 

@@ -12,13 +12,14 @@ The CLI opens it together with the GPM backend, so that both share one NVML init
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smlens.backends.base import DeviceSource
+from smlens.backends.base import Captured, DeviceSource, finish
 from smlens.backends.gpm import GpmBackend
 from smlens.backends.nvml_xids import XidWatch
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
@@ -154,33 +155,54 @@ def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
     )
 
 
-def read_plain(
+def capture_plain(nv: Any, handle: Any, reads: tuple[TickRead, ...]) -> list[Any]:
+    """Memory info and the bound TICK_READS of one device, in that order: each call's result, or the
+    NVMLError it raised. The errors are caught here rather than through ``call``: these reads run at
+    every tick, and what they return is decoded later (``decode_plain``)."""
+    error = nv.NVMLError
+    results: list[Any] = []
+    try:
+        results.append(nv.nvmlDeviceGetMemoryInfo(handle))
+    except error as exc:
+        results.append(exc)
+    for _, name, args, _, _ in reads:
+        try:
+            results.append(getattr(nv, name)(*args))
+        except error as exc:
+            results.append(exc)
+    return results
+
+
+def decode_plain(
     nv: Any,
-    handle: Any,
+    results: list[Any],
     reads: tuple[TickRead, ...],
     label: str,
     gauges: dict[str, float],
     totals: dict[str, float],
     missing: dict[str, str],
 ) -> None:
-    """Memory info and the bound TICK_READS of one device, each NVML error put in ``missing`` as its reason.
-
-    The errors are caught here rather than through ``call``: these reads run at every tick."""
+    """``capture_plain``'s results in ``gauges`` and ``totals``, each NVML error in ``missing`` by reason."""
     error = nv.NVMLError
-    try:
-        memory = nv.nvmlDeviceGetMemoryInfo(handle)
-    except error as exc:
-        missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(exc.value, label).reason
+    memory = results[0]
+    if isinstance(memory, error):
+        missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(memory.value, label).reason
     else:
         gauges[MEMORY_USED_BYTES] = float(memory.used)
         gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
-    for key, name, args, scale, is_total in reads:
-        try:
-            value = getattr(nv, name)(*args)
-        except error as exc:
-            missing[key] = failure(exc.value, label).reason
+    for (key, _, _, scale, is_total), value in zip(reads, results[1:], strict=True):
+        if isinstance(value, error):
+            missing[key] = failure(value.value, label).reason
         else:
             (totals if is_total else gauges)[key] = value * scale
+
+
+def capture_one(nv: Any, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``'s result, or the NVMLError it raised."""
+    try:
+        return fn(*args)
+    except nv.NVMLError as exc:
+        return exc
 
 
 def _scaled(value: Any, factor: float) -> float | Absent:
@@ -307,16 +329,64 @@ class NvmlBackend(DeviceSource):
         return None
 
     def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return finish(self.capture(gpu, now))
+
+    def capture(self, gpu: GpuIdentity, now: float) -> Captured:
         device = self._devices.get(gpu.uuid)
         if device is None:
             raise BackendError(f"the nvml backend is not attached to {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
-        handle, label = device.handle, device.label
+        handle = device.handle
+        plain = capture_plain(nv, handle, device.reads)
+        fields = capture_one(nv, nv.nvmlDeviceGetFieldValues, handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        current = (
+            None
+            if isinstance(device.clock_event_bits, Absent)
+            else capture_one(nv, nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
+        )
+        if now >= device.next_counters_at:
+            device.counters = {
+                ENERGY_JOULES: _scaled(
+                    call(nv.nvmlDeviceGetTotalEnergyConsumption, handle, gpu=device.label), 1e-3
+                ),
+                PCIE_REPLAYS: _scaled(call(nv.nvmlDeviceGetPcieReplayCounter, handle, gpu=device.label), 1),
+            }
+            device.next_counters_at = now + self._energy_interval
+        utilization = self._utilization(device, now)
+        layout = self._session.mig_layout(gpu, now)
+        return functools.partial(
+            self._reading,
+            device,
+            plain,
+            fields,
+            current,
+            device.counters,
+            utilization,
+            self._xids.take(gpu.uuid),
+            self._instances(gpu, device, layout),
+            not isinstance(layout, Absent),
+        )
+
+    def _reading(
+        self,
+        device: _Device,
+        plain: list[Any],
+        fields: Any,
+        current: Any,
+        counters: dict[str, float | Absent],
+        utilization: Activity | Absent | None,
+        xid_events: Mapping[int, int],
+        instances: tuple[InstanceReading, ...],
+        mig_layout_read: bool,
+    ) -> Reading:
+        """The Reading of one tick's captured results."""
+        nv = nvml_module()
+        label = device.label
         gauges: dict[str, float] = {}
         totals: dict[str, float] = {}
         missing: dict[str, str] = {}
-        read_plain(nv, handle, device.reads, label, gauges, totals, missing)
-        temperature = self._memory_temperature(device)
+        decode_plain(nv, plain, device.reads, label, gauges, totals, missing)
+        temperature = self._memory_temperature(nv, fields, label)
         if isinstance(temperature, Absent):
             missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
         else:
@@ -325,28 +395,20 @@ class NvmlBackend(DeviceSource):
             missing[SM_CLOCK_MAX_HERTZ] = device.max_sm_clock.reason
         else:
             gauges[SM_CLOCK_MAX_HERTZ] = device.max_sm_clock
-        if now >= device.next_counters_at:
-            device.counters = {
-                ENERGY_JOULES: _scaled(call(nv.nvmlDeviceGetTotalEnergyConsumption, handle, gpu=label), 1e-3),
-                PCIE_REPLAYS: _scaled(call(nv.nvmlDeviceGetPcieReplayCounter, handle, gpu=label), 1),
-            }
-            device.next_counters_at = now + self._energy_interval
-        for key, counted in device.counters.items():  # between reads, the last values read
+        for key, counted in counters.items():  # between reads, the last values read
             if isinstance(counted, Absent):
                 missing[key] = counted.reason
             else:
                 totals[key] = counted
-        clock_events = self._clock_events(device)
+        clock_events = self._clock_events(nv, device, current)
         if isinstance(clock_events, Absent):
             missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
         activity: dict[str, Activity] = {}
-        utilization = self._utilization(device, now)
         if isinstance(utilization, Absent):
             missing[UTILIZATION] = utilization.reason
         elif utilization is not None:
             activity[UTILIZATION] = utilization
-        layout = self._session.mig_layout(gpu, now)
         if device.xid_watch is not None:
             missing[XID_EVENTS] = device.xid_watch.reason
         return Reading(
@@ -355,10 +417,10 @@ class NvmlBackend(DeviceSource):
             activity=activity,
             totals=totals,
             clock_events=clock_events,
-            xid_events=self._xids.take(gpu.uuid),
+            xid_events=xid_events,
             missing=missing,
-            instances=self._instances(gpu, device, layout),
-            mig_layout_read=not isinstance(layout, Absent),
+            instances=instances,
+            mig_layout_read=mig_layout_read,
         )
 
     def _instances(self, gpu: GpuIdentity, device: _Device, layout: MigLayout) -> tuple[InstanceReading, ...]:
@@ -454,25 +516,21 @@ class NvmlBackend(DeviceSource):
         device.last_sample_us = previous
         return Activity(active, covered)
 
-    def _memory_temperature(self, device: _Device) -> float | Absent:
-        nv = nvml_module()
-        fields = call(
-            nv.nvmlDeviceGetFieldValues, device.handle, [nv.NVML_FI_DEV_MEMORY_TEMP], gpu=device.label
-        )
-        if isinstance(fields, Absent):
-            return fields
+    @staticmethod
+    def _memory_temperature(nv: Any, fields: Any, label: str) -> float | Absent:
+        if isinstance(fields, nv.NVMLError):
+            return failure(fields.value, label)
         field = fields[0]
         if field.nvmlReturn != nv.NVML_SUCCESS:
-            return failure(field.nvmlReturn, device.label)
+            return failure(field.nvmlReturn, label)
         return value_of(field.value, field.valueType)
 
-    def _clock_events(self, device: _Device) -> dict[str, bool] | Absent:
+    @staticmethod
+    def _clock_events(nv: Any, device: _Device, current: Any) -> dict[str, bool] | Absent:
         if isinstance(device.clock_event_bits, Absent):
             return device.clock_event_bits
-        nv = nvml_module()
-        current = call(nv.nvmlDeviceGetCurrentClocksEventReasons, device.handle, gpu=device.label)
-        if isinstance(current, Absent):
-            return current
+        if isinstance(current, nv.NVMLError):
+            return failure(current.value, device.label)
         return {reason: bool(current & bit) for reason, bit in device.clock_event_bits}
 
     def close(self) -> None:
