@@ -185,6 +185,7 @@ class Bare:
         self.whole = self._pair(METRICS)
         self.parts = [self._pair(INSTANCE_METRICS) for _ in self.mig_handles]
         self.newest = 0
+        self.ticks = 0
         self.events = nv.nvmlEventSetCreate() if real else None  # empty, as on a healthy node
         nv.nvmlGpmSampleGet(self.handle, self.whole[0][0])  # the chains start, as smlens' first tick does
         for gi, (samples, _) in zip(self.gpu_instances, self.parts, strict=True):
@@ -193,8 +194,15 @@ class Bare:
     def _pair(self, metrics: Any) -> tuple[list[Any], Any]:
         return [self.nv.nvmlGpmSampleAlloc(), self.nv.nvmlGpmSampleAlloc()], metrics_request(self.nv, metrics)
 
+    def mig_mode(self) -> None:
+        """The MIG mode read smlens makes every MIG_RESCAN_INTERVAL (10 s): every 10th tick at 1 s."""
+        self.ticks += 1
+        if self.ticks % 10 == 0:
+            self.nv.nvmlDeviceGetMigMode(self.handle)
+
     def tick(self) -> None:
         nv, handle = self.nv, self.handle
+        self.mig_mode()
         nv.nvmlDeviceGetMemoryInfo(handle)
         nv.nvmlDeviceGetPowerUsage(handle)
         nv.nvmlDeviceGetEnforcedPowerLimit(handle)
@@ -243,6 +251,7 @@ class Minimal(Bare):
 
     def tick(self) -> None:
         nv, handle, values = self.nv, self.handle, {}
+        self.mig_mode()
         memory = nv.nvmlDeviceGetMemoryInfo(handle)
         values["memory_used_bytes"], values["memory_total_bytes"] = float(memory.used), float(memory.total)
         values["power_watts"] = nv.nvmlDeviceGetPowerUsage(handle) * 1e-3
@@ -329,6 +338,7 @@ class Compact(Bare):
         """The tick's NVML and GPM calls, each result or NVMLError kept as it came, with the tick's clocks."""
         started, cpu_started = time.perf_counter(), time.thread_time()
         nv, handle = self.nv, self.handle
+        self.mig_mode()
         error = nv.NVMLError
         results: list[Any] = []
         try:
@@ -558,12 +568,15 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
     every tick, publish every ``PUBLISH_EVERY_TICKS``), smlens' ``Sampler.tick()`` (capture and publish
     every tick), the bare calls, the minimal sampler and the two prototypes, each after its own pause (all
     pay the wake-up a sampler pays), each first in turn."""
-    samplers = []
+    samplers, clocks = [], []
     for _ in range(2):  # each with its own backends and GPM samples
         nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
-        sampler = Sampler(nvml, [gpm], hostname="bench", interval=pause)
+        # A clock that moves 1 s a tick: smlens checks the MIG mode every 10 s of it, as at a 1 s interval
+        clock = [0.0]
+        sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=lambda c=clock: c[0])
         sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
         samplers.append(sampler)
+        clocks.append(clock)
     threaded, eager = samplers
     ticking = {
         "smlens": threaded.background_tick,
@@ -573,6 +586,7 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
         "compact prototype": Compact(pynvml, threaded.gpus[0]).tick,
         f"deferred x{batch}": Deferred(pynvml, threaded.gpus[0], batch).tick,
     }
+    clock_of = {"smlens": clocks[0], "smlens tick()": clocks[1]}
     spent: dict[str, list[float]] = {side: [] for side in ticking}
     order = list(ticking)
     try:
@@ -582,6 +596,8 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
         for i in range(ticks):
             for side in order[i % len(order) :] + order[: i % len(order)]:  # each side first in turn
                 time.sleep(pause)
+                if side in clock_of:
+                    clock_of[side][0] += 1.0
                 started = time.perf_counter()
                 ticking[side]()
                 spent[side].append((time.perf_counter() - started) * 1e6)

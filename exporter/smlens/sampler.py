@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from smlens import profiling_policy
 from smlens.attribution.refresher import AttributionRefresher
@@ -44,15 +45,16 @@ class _Source:
     served: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class _Capture:
-    """One tick's calls: per GPU, per backend that served it, the seconds its capture took and what it
-    returned or raised."""
+_Entry = tuple[_Source, float, Captured | Exception]  # a backend, its capture's seconds, what it gave
+
+
+class _Capture(NamedTuple):
+    """One tick's calls: per GPU, an entry per backend that served it."""
 
     taken_at: float
     seconds: float
     cpu_seconds: float
-    gpus: tuple[tuple[tuple[_Source, float, Captured | Exception], ...], ...]
+    gpus: list[list[_Entry]]
 
 
 @dataclass
@@ -142,30 +144,29 @@ class Sampler:
 
     def capture(self) -> None:
         """Make one tick's calls; ``publish`` decodes them."""
-        started, cpu_started = self._clock(), time.thread_time()
-        gpus = tuple([self._capture_gpu(gpu) for gpu in self._gpus])
-        self._pending.append(
-            _Capture(self._wall(), self._clock() - started, time.thread_time() - cpu_started, gpus)
-        )
-
-    def _capture_gpu(self, gpu: _Gpu) -> tuple[tuple[_Source, float, Captured | Exception], ...]:
-        if gpu.lost:
-            return ()
-        now = self._clock()
-        ident = gpu.identity
-        captured = []
-        for source in self._sources:
-            if ident.uuid not in source.served:
+        clock = self._clock
+        started, cpu_started = clock(), time.thread_time()
+        gpus = []
+        for gpu in self._gpus:
+            captured: list[_Entry] = []
+            gpus.append(captured)
+            if gpu.lost:
                 continue
-            started = self._clock()
-            try:
-                result: Captured | Exception = source.backend.capture(ident, now)
-            except Exception as exc:  # handled in publish, in the tick's order
-                result = exc
-            captured.append((source, self._clock() - started, result))
-            if isinstance(result, GpuLostError):
-                break
-        return tuple(captured)
+            now, ident = clock(), gpu.identity
+            for source in self._sources:
+                if ident.uuid not in source.served:
+                    continue
+                began = clock()
+                try:
+                    result: Captured | Exception = source.backend.capture(ident, now)
+                except Exception as exc:  # handled in publish, in the tick's order
+                    result = exc
+                captured.append((source, clock() - began, result))
+                if isinstance(result, GpuLostError):
+                    break
+        self._pending.append(
+            _Capture(self._wall(), clock() - started, time.thread_time() - cpu_started, gpus)
+        )
 
     def publish(self) -> Snapshot | None:
         """Decode and fold every captured tick, oldest first, each snapshot going to the listeners.
@@ -201,16 +202,12 @@ class Sampler:
         for listener in self._listeners:
             listener(snapshot)
 
-    def _fold_gpu(
-        self, gpu: _Gpu, entries: tuple[tuple[_Source, float, Captured | Exception], ...]
-    ) -> GpuState:
+    def _fold_gpu(self, gpu: _Gpu, entries: list[_Entry]) -> GpuState:
         readings, missing, up = self._readings(gpu, entries)
         gpu.totals, state = fold(gpu.identity, gpu.totals, readings, missing, up, gpu.choice)
         return state
 
-    def _readings(
-        self, gpu: _Gpu, entries: tuple[tuple[_Source, float, Captured | Exception], ...]
-    ) -> tuple[list[Reading], dict[str, str], bool]:
+    def _readings(self, gpu: _Gpu, entries: list[_Entry]) -> tuple[list[Reading], dict[str, str], bool]:
         """One tick's readings of a GPU, the backends that failed it (name -> reason), and its up."""
         ident = gpu.identity
         readings: list[Reading] = []

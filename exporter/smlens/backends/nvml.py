@@ -50,7 +50,8 @@ from smlens.nvml.calls import (
     text,
     value_of,
 )
-from smlens.nvml.session import MigLayout, NvmlSession
+from smlens.nvml.mig import GpuInstanceLayout
+from smlens.nvml.session import NvmlSession
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,9 @@ class _Device:
     clock_event_bits: tuple[tuple[str, int], ...] | Absent  # the reasons this GPU reports
     xid_watch: Absent | None  # why XIDs are not watched, None when they are
     reads: tuple[TickRead, ...]  # TICK_READS for this handle
+    # Every tick's calls, as (pynvml function, arguments): memory info, ``reads``, the memory temperature
+    # field and, where the GPU reports them, the clock-event reasons.
+    calls: tuple[tuple[str, tuple[Any, ...]], ...]
     samples_supported: bool = True
     rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
@@ -155,24 +159,6 @@ def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
     )
 
 
-def capture_plain(nv: Any, handle: Any, reads: tuple[TickRead, ...]) -> list[Any]:
-    """Memory info and the bound TICK_READS of one device, in that order: each call's result, or the
-    NVMLError it raised. The errors are caught here rather than through ``call``: these reads run at
-    every tick, and what they return is decoded later (``decode_plain``)."""
-    error = nv.NVMLError
-    results: list[Any] = []
-    try:
-        results.append(nv.nvmlDeviceGetMemoryInfo(handle))
-    except error as exc:
-        results.append(exc)
-    for _, name, args, _, _ in reads:
-        try:
-            results.append(getattr(nv, name)(*args))
-        except error as exc:
-            results.append(exc)
-    return results
-
-
 def decode_plain(
     nv: Any,
     results: list[Any],
@@ -182,7 +168,8 @@ def decode_plain(
     totals: dict[str, float],
     missing: dict[str, str],
 ) -> None:
-    """``capture_plain``'s results in ``gauges`` and ``totals``, each NVML error in ``missing`` by reason."""
+    """Memory info's and the bound TICK_READS' results (``results[0]`` and those after it) in ``gauges``
+    and ``totals``, each NVML error in ``missing`` by reason."""
     error = nv.NVMLError
     memory = results[0]
     if isinstance(memory, error):
@@ -190,19 +177,11 @@ def decode_plain(
     else:
         gauges[MEMORY_USED_BYTES] = float(memory.used)
         gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
-    for (key, _, _, scale, is_total), value in zip(reads, results[1:], strict=True):
+    for (key, _, _, scale, is_total), value in zip(reads, results[1 : len(reads) + 1], strict=True):
         if isinstance(value, error):
             missing[key] = failure(value.value, label).reason
         else:
             (totals if is_total else gauges)[key] = value * scale
-
-
-def capture_one(nv: Any, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``'s result, or the NVMLError it raised."""
-    try:
-        return fn(*args)
-    except nv.NVMLError as exc:
-        return exc
 
 
 def _scaled(value: Any, factor: float) -> float | Absent:
@@ -322,7 +301,17 @@ class NvmlBackend(DeviceSource):
                 if supported & getattr(nv, bit)
             ),
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
-            reads=bind_tick_reads(nv, handle),
+            reads=(reads := bind_tick_reads(nv, handle)),
+            calls=(
+                ("nvmlDeviceGetMemoryInfo", (handle,)),
+                *((fn, args) for _, fn, args, _, _ in reads),
+                ("nvmlDeviceGetFieldValues", (handle, [nv.NVML_FI_DEV_MEMORY_TEMP])),
+                *(
+                    ()
+                    if isinstance(supported, Absent)
+                    else (("nvmlDeviceGetCurrentClocksEventReasons", (handle,)),)
+                ),
+            ),
         )
         self._prime_samples(device)
         self._devices[gpu.uuid] = device
@@ -336,14 +325,14 @@ class NvmlBackend(DeviceSource):
         if device is None:
             raise BackendError(f"the nvml backend is not attached to {describe(gpu)}.", reason="not_attached")
         nv = nvml_module()
+        error = nv.NVMLError
+        results: list[Any] = []
+        for name, args in device.calls:  # each error kept to be decoded like a value: no wrapper per call
+            try:
+                results.append(getattr(nv, name)(*args))
+            except error as exc:
+                results.append(exc)
         handle = device.handle
-        plain = capture_plain(nv, handle, device.reads)
-        fields = capture_one(nv, nv.nvmlDeviceGetFieldValues, handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
-        current = (
-            None
-            if isinstance(device.clock_event_bits, Absent)
-            else capture_one(nv, nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
-        )
         if now >= device.next_counters_at:
             device.counters = {
                 ENERGY_JOULES: _scaled(
@@ -352,27 +341,23 @@ class NvmlBackend(DeviceSource):
                 PCIE_REPLAYS: _scaled(call(nv.nvmlDeviceGetPcieReplayCounter, handle, gpu=device.label), 1),
             }
             device.next_counters_at = now + self._energy_interval
-        utilization = self._utilization(device, now)
+        due = not device.samples_supported or now >= device.next_samples_at
         layout = self._session.mig_layout(gpu, now)
         return functools.partial(
             self._reading,
             device,
-            plain,
-            fields,
-            current,
+            results,
             device.counters,
-            utilization,
+            self._utilization(device, now) if due else None,
             self._xids.take(gpu.uuid),
-            self._instances(gpu, device, layout),
+            () if layout is None or isinstance(layout, Absent) else self._instances(gpu, device, layout),
             not isinstance(layout, Absent),
         )
 
     def _reading(
         self,
         device: _Device,
-        plain: list[Any],
-        fields: Any,
-        current: Any,
+        results: list[Any],
         counters: dict[str, float | Absent],
         utilization: Activity | Absent | None,
         xid_events: Mapping[int, int],
@@ -385,7 +370,8 @@ class NvmlBackend(DeviceSource):
         gauges: dict[str, float] = {}
         totals: dict[str, float] = {}
         missing: dict[str, str] = {}
-        decode_plain(nv, plain, device.reads, label, gauges, totals, missing)
+        decode_plain(nv, results, device.reads, label, gauges, totals, missing)
+        fields = results[len(device.reads) + 1]
         temperature = self._memory_temperature(nv, fields, label)
         if isinstance(temperature, Absent):
             missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
@@ -400,7 +386,7 @@ class NvmlBackend(DeviceSource):
                 missing[key] = counted.reason
             else:
                 totals[key] = counted
-        clock_events = self._clock_events(nv, device, current)
+        clock_events = self._clock_events(nv, device, results[-1])
         if isinstance(clock_events, Absent):
             missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
@@ -423,10 +409,10 @@ class NvmlBackend(DeviceSource):
             mig_layout_read=mig_layout_read,
         )
 
-    def _instances(self, gpu: GpuIdentity, device: _Device, layout: MigLayout) -> tuple[InstanceReading, ...]:
+    def _instances(
+        self, gpu: GpuIdentity, device: _Device, layout: tuple[GpuInstanceLayout, ...]
+    ) -> tuple[InstanceReading, ...]:
         """Memory used and total of each MIG GPU instance (NVML gives no utilization per instance)."""
-        if layout is None or isinstance(layout, Absent):
-            return ()
         nv = nvml_module()
         readings = []
         for found in layout:
@@ -442,12 +428,10 @@ class NvmlBackend(DeviceSource):
                 readings.append(InstanceReading(found.instance, gauges=gauges))
         return tuple(readings)
 
-    def _utilization(self, device: _Device, now: float) -> Activity | Absent | None:
-        """Time-weighted NVML utilization since the last samples read; None when not read this tick."""
+    def _utilization(self, device: _Device, now: float) -> Activity | Absent:
+        """Time-weighted NVML utilization since the last samples read (they are read when due)."""
         nv = nvml_module()
         if device.samples_supported:
-            if now < device.next_samples_at:
-                return None
             device.next_samples_at = now + self._utilization_interval
             # From just before the newest sample seen, so that it comes back too (see _integrate);
             # NVML compares these timestamps to the millisecond (measured on an H200, driver 580).
