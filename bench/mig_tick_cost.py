@@ -626,7 +626,7 @@ def main() -> None:
     parser.add_argument("--latencies", choices=("h200", "reference"), default="h200")
     parser.add_argument("--real", action="store_true", help="on a GPU host: its GPU 0 through real NVML")
     parser.add_argument("--pause", type=float, default=0.5, help="--real: seconds before each tick")
-    parser.add_argument("--batch", type=int, default=10, help="--real: ticks the deferred prototype keeps")
+    parser.add_argument("--batch", type=int, default=30, help="--real: ticks the deferred prototype keeps")
     args = parser.parse_args()
     if args.real:
         report_real(args.ticks, args.pause, args.batch)

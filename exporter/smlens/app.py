@@ -3,13 +3,14 @@ none of them calls NVML, DCGM or the kubelet."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import yaml
 
 from smlens import __version__
 from smlens import names as n
+from smlens.asgi import Receive, Scope, Send
 from smlens.exposition import Exposition, live_registry, render_live
 from smlens.model import GpuState, Snapshot
 from smlens.routing import JSONResponse, PlainTextResponse, Request, Response, Route, Router
@@ -22,7 +23,18 @@ from smlens.verdict import latest as verdict_of
 class App(Router):
     """The exporter's application: smlens' own routes (Starlette and what it imported cost serve 1.3-2.1 MiB
     of RSS, FastAPI 7.7 MiB more: docs/performance.md, "Memory") and their OpenAPI document, made from the
-    YAML after ``---`` in each handler's docstring. The document is not served; the tests fuzz with it."""
+    YAML after ``---`` in each handler's docstring. The document is not served; the tests fuzz with it.
+
+    ``refresh`` runs before every request: the sampler's ``publish``, so that an answer includes every tick
+    captured before it (smlens.sampler)."""
+
+    def __init__(self, routes: Iterable[Route] = (), refresh: Callable[[], object] = lambda: None) -> None:
+        super().__init__(routes)
+        self.refresh = refresh
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.refresh()
+        await super().__call__(scope, receive, send)
 
     def include_router(self, router: Router) -> None:
         self.routes.extend(router.routes)
@@ -105,8 +117,10 @@ def create_app(
     thresholds: Thresholds,
     sampler_alive: Callable[[], bool],
     history: History | None = None,
+    refresh: Callable[[], object] = lambda: None,
 ) -> App:
-    """``history`` is the ring the sampler feeds for the status page at ``/``."""
+    """``history`` is the ring the sampler feeds for the status page at ``/``; ``refresh`` publishes the
+    ticks the sampler has captured but not yet published (``Sampler.publish``)."""
     history = History(thresholds) if history is None else history
 
     def not_ready() -> str | None:
@@ -212,7 +226,8 @@ def create_app(
             Route("/-/healthy", healthy, methods=["GET"]),
             Route("/-/ready", ready, methods=["GET"]),
             Route("/api/v1/gpus", gpus, methods=["GET"]),
-        ]
+        ],
+        refresh=refresh,
     )
     app.include_router(status_router(history, lambda gpu: gpu_json(gpu, thresholds)))
     return app

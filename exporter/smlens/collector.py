@@ -283,12 +283,12 @@ class SnapshotCollector(Collector):
         yield from (backend_up, last, total, samples, errors)
         yield GaugeMetricFamily(
             "smlens_tick_duration_seconds",
-            "Duration of the last sampling tick, all backends and GPUs.",
+            "Duration of the last sampling tick, all backends and GPUs: its calls, decoding and folding.",
             value=snap.tick_duration_seconds,
         )
         yield CounterMetricFamily(
             "smlens_sampler_cpu_seconds",
-            "CPU time the sampling thread used since start (reads, folding; rendering is not included).",
+            "CPU time spent sampling since start (calls, decoding, folding; rendering is not included).",
             value=snap.sampler_cpu_seconds_total,
         )
         yield GaugeMetricFamily(

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[Snapshot], None]
 # The sampler's thread keeps at most this many ticks, and ticks of this many seconds, captured and undecoded.
-PUBLISH_EVERY_TICKS, PUBLISH_EVERY_SECONDS = 10, 10.0
+PUBLISH_EVERY_TICKS, PUBLISH_EVERY_SECONDS = 30, 30.0
 
 
 @dataclass
