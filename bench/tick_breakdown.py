@@ -1,11 +1,13 @@
-"""Benchmark (GPU host): where one `Sampler.tick()` spends its time on GPU 0, against the bare calls.
+"""Benchmark (GPU host): where one `Sampler.tick()` (a capture and its publishing at once) spends its time
+on GPU 0, against the bare calls.
 
     python3 bench/tick_breakdown.py [--ticks 40] [--pause 0.5]
 
 The same two sides as ``bench/mig_tick_cost.py --real`` (the slow reads left out of both), each tick after
 its own ``--pause``. It prints: the NVML calls each side makes per tick, counted and timed through a wrapper
 around every ``nvml*`` function of pynvml (so the two sides' call lists can be compared); then, unwrapped, the
-tick split into the nvml backend's read, the gpm backend's read and the rest (fold, snapshot), with the bare
+tick split into the nvml backend's capture, the gpm backend's capture and the rest (decoding, fold,
+snapshot: the publishing), with the bare
 calls' tick beside it; then what `smlens serve`'s per-tick listeners (the /metrics publisher and the status
 page's history) add after each tick; then cProfile's 25 heaviest functions over the same number of ticks.
 Last, a check on the real driver: the GPM results read in one unpack (``results_layout``) equal what
@@ -82,20 +84,20 @@ def count_calls(sides: dict[str, Callable[[], Any]], ticks: int, pause: float) -
 
 
 def split(sampler: Sampler, backends: list[Any], bare: Bare, ticks: int, pause: float) -> None:
-    """The tick's wall time in the two backends' reads and in the rest; the bare tick beside it."""
+    """The tick's wall time in the two backends' captures and in the rest; the bare tick beside it."""
     reads: Counter[str] = Counter()
     for backend in backends:
 
-        def timed_read(
-            gpu: Any, now: float, _read: Callable[..., Any] = backend.read, _name: str = backend.name
+        def timed_capture(
+            gpu: Any, now: float, _capture: Callable[..., Any] = backend.capture, _name: str = backend.name
         ) -> Any:
             started = time.perf_counter()
             try:
-                return _read(gpu, now)
+                return _capture(gpu, now)
             finally:
                 reads[_name] += time.perf_counter() - started
 
-        backend.read = timed_read
+        backend.capture = timed_capture
     whole: list[float] = []
     bare_ticks: list[float] = []
     for _ in range(ticks):
@@ -105,7 +107,7 @@ def split(sampler: Sampler, backends: list[Any], bare: Bare, ticks: int, pause: 
             tick()
             into.append(time.perf_counter() - started)
     rest = sum(whole) - sum(reads.values())
-    parts = ", ".join(f"{name}.read {spent / ticks * 1e6:.0f}" for name, spent in reads.items())
+    parts = ", ".join(f"{name}.capture {spent / ticks * 1e6:.0f}" for name, spent in reads.items())
     print(
         f"tick: mean {statistics.fmean(whole) * 1e6:.0f} us = {parts}, rest {rest / ticks * 1e6:.0f}; "
         f"bare calls' tick: mean {statistics.fmean(bare_ticks) * 1e6:.0f} us"
