@@ -20,9 +20,9 @@ def finish(captured: Captured) -> Reading:
 class Backend(abc.ABC):
     """A source of per-GPU readings.
 
-    Lifecycle: ``attach(gpus)`` once, then ``read(gpu, now)`` once per tick for each GPU it
-    serves, then ``close()``. ``now`` is the sampler's monotonic clock, in seconds.
-    ``read`` raises :class:`~smlens.errors.GpuLostError` when the GPU is gone and
+    Lifecycle: ``attach(gpus)`` once, then ``capture(gpu, now)`` (by default ``read``) once per tick
+    for each GPU it serves, then ``close()``. ``now`` is the sampler's monotonic clock, in seconds.
+    ``read`` (or ``finish`` on a capture) raises :class:`~smlens.errors.GpuLostError` when the GPU is gone and
     :class:`~smlens.errors.BackendError` for any other failure of that GPU's read; values it
     merely cannot read go into ``Reading.missing``.
     """

@@ -9,9 +9,11 @@ function the installed nvidia-ml-py does not define. A lost GPU raises
 pynvml is looked up in ``sys.modules`` at each use (:func:`nvml_module`), never bound at import, so that
 tests can put a fake module in its place.
 
-Most per-tick reads of the nvml backend (memory info and its table of plain reads) and the XID drain catch
-``NVMLError`` themselves instead of going through ``call``, which would add a frame per call at every tick:
-the reads turn the error into its reason with :func:`failure`, as ``call`` does, and the drain stops at it.
+The every-tick calls of the nvml backend (memory info, its table of plain reads, the memory-temperature
+field, the clock-event reasons), the GPM sample and metrics calls and the XID drain catch ``NVMLError``
+themselves instead of going through ``call``, which would add a frame per call at every tick: the error
+becomes its reason through :func:`failure`, as in ``call`` (the nvml backend keeps it and decodes it with
+the tick, later), and the drain stops at it.
 """
 
 from __future__ import annotations
