@@ -5,8 +5,9 @@ A tick has two halves. ``capture`` makes the tick's calls and keeps what they re
 every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
 sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would span more than
 ``PUBLISH_EVERY_SECONDS``), and a reader calls ``publish`` before it answers, so that nothing it serves
-is older than the last capture. Decoding several ticks in a row runs warm: on an H200 that took the per-tick cost from 1.56x-1.67x the bare calls' to 1.20x in one
-run (docs/performance.md, "Capture every tick, publish in batches").
+is older than the last capture. Decoding several ticks in a row runs warm: on an H200 that took the
+per-tick cost from 1.56x-1.67x the bare calls' to 1.20x in one run (docs/performance.md, "Capture every
+tick, publish in batches").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
@@ -28,7 +29,7 @@ from smlens.backend_health import BackendHealth
 from smlens.backends.base import Backend, Captured, DeviceSource, finish
 from smlens.errors import BackendError, GpuLostError
 from smlens.fold import GpuTotals, fold
-from smlens.model import EMPTY_ATTRIBUTION, GpuIdentity, GpuState, Reading, Snapshot
+from smlens.model import EMPTY_ATTRIBUTION, Attribution, GpuIdentity, GpuState, Reading, Snapshot
 from smlens.profiling_policy import ProfilingChoice
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class _Capture(NamedTuple):
     seconds: float
     cpu_seconds: float
     gpus: list[list[_Entry]]
+    attribution: Attribution  # who held the GPUs when the tick was taken
 
 
 @dataclass
@@ -164,8 +166,9 @@ class Sampler:
                 captured.append((source, clock() - began, result))
                 if isinstance(result, GpuLostError):
                     break
+        attribution = EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current()
         self._pending.append(
-            _Capture(self._wall(), clock() - started, time.thread_time() - cpu_started, gpus)
+            _Capture(self._wall(), clock() - started, time.thread_time() - cpu_started, gpus, attribution)
         )
 
     def publish(self) -> Snapshot | None:
@@ -195,7 +198,7 @@ class Sampler:
             tick_duration_seconds=captured.seconds + self._clock() - started,
             sampler_cpu_seconds_total=self._cpu_total,
             gpus=tuple(states),
-            attribution=EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current(),
+            attribution=captured.attribution,
             backends=tuple([source.health.stats() for source in self._sources]),
         )
         self.latest = snapshot
