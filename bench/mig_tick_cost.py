@@ -4,23 +4,27 @@ split into 7 MIG instances, with each call given the latency measured on an H200
 No GPU is needed: the NVML calls go to the fake pynvml of the tests (tests/fakes/fake_pynvml.py), and every
 call is made to take at least its H200 latency (a busy wait from the call's start, so the fake's own Python
 cost hides inside the latency, as the driver's does). Latencies and ticks are counted in the thread's CPU
-time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is one
-``Sampler.tick()`` over the nvml and gpm backends (reads, per-instance fold); ``bare`` is a loop making the
-same calls with handles, samples and requests prepared in advance, as a hand-written poller would. The two
-alternate tick by tick; the figure is the ratio of their medians (target <= 1.25x).
+time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is
+smlens' sampler as its thread runs (``Sampler.background_tick``: the nvml and gpm backends' calls every
+tick, their decoding, the per-instance fold and the snapshot for 30 ticks at a time); ``bare`` is a loop
+making the same calls with handles, samples and requests prepared in advance, as a hand-written poller
+would. Every side reads the MIG mode on every 10th tick, as smlens does every 10 s at a 1 s interval. The
+two alternate tick by tick; the figure is the ratio of their means, decoding included (target <= 1.25x).
 
     python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
-    python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5]     # on a GPU host, its GPU 0 whole
+    python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5] [--batch 30]   # a GPU host's GPU 0
 
 ``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
-its own ``--pause`` so that both pay the wake-up a sampler pays, and two more beside them: ``Minimal``, the
-bare calls plus the least a Python sampler does with their values (a floor, not a design), and ``Compact``,
-a prototype that publishes smlens' own state for the GPU from one method (a measurement, not smlens'
-code). The slow reads (utilization samples every 5 s, energy and PCIe replays every 15 s) are the same calls
-on every side and are left out of all, as are MIG instances (a GPU in MIG mode is not measured this way).
+its own ``--pause`` so that both pay the wake-up a sampler pays (smlens' samplers on a clock that moves 1 s
+a tick), and more beside them: ``Sampler.tick()`` (capture and decode every tick), ``Minimal``, the bare
+calls plus the least a Python sampler does with their values (a floor, not a design), ``Compact``, a
+prototype that publishes smlens' own state for the GPU from one method (a measurement, not smlens' code),
+and ``Deferred``, the same prototype decoding ``--batch`` ticks at a time. The slow reads (utilization
+samples every 5 s, energy and PCIe replays every 15 s) are the same calls on every side and are left out of
+all, as are MIG instances (a GPU in MIG mode is not measured this way).
 
-Without ``--real`` it also prints how many functions of smlens one tick runs (``sys.setprofile``) and the
-keys in which the ``Compact`` prototype's state differs from smlens' own on the fake.
+Without ``--real`` it also prints how many functions of smlens a capture and a tick run
+(``sys.setprofile``) and the keys in which the prototypes' states differ from smlens' own on the fake.
 
 Per-call latencies (µs), ``reference``: the bare-metal H200 of ../shared/reference/h200-gpm-probe.md
 (driver 580): memory info 4.8, power 5.5, temperature 2.2, clocks 2.2, clock-event reasons 2.0, volatile
@@ -66,14 +70,13 @@ from smlens.backends.nvml import (  # noqa: E402
     CLOCK_EVENT_REASONS,
     CLOCK_EVENTS,
     bind_tick_reads,
+    decode_plain,
     open_nvml_backends,
 )
 from smlens.model import Activity, BackendStats, GpuIdentity, GpuState, Snapshot  # noqa: E402
 from smlens.names import (  # noqa: E402
     ENERGY_JOULES,
     MEMORY_TEMPERATURE_CELSIUS,
-    MEMORY_TOTAL_BYTES,
-    MEMORY_USED_BYTES,
     PCIE_REPLAYS,
     SM_ACTIVE,
     SM_CLOCK_MAX_HERTZ,
@@ -385,17 +388,7 @@ class Compact(Bare):
         gauges: dict[str, float] = {SM_CLOCK_MAX_HERTZ: self.max_sm_clock}
         totals: dict[str, float] = dict(self.counters)
         missing: dict[str, str] = {}
-        memory = results[0]
-        if isinstance(memory, error):
-            missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(memory.value, label).reason
-        else:
-            gauges[MEMORY_USED_BYTES] = float(memory.used)
-            gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
-        for (key, _, _, scale, is_total), value in zip(self.reads, results[1:], strict=False):
-            if isinstance(value, error):
-                missing[key] = failure(value.value, label).reason
-            else:
-                (totals if is_total else gauges)[key] = value * scale
+        decode_plain(nv, results, self.reads, label, gauges, totals, missing)
         field, current = results[-2], results[-1]
         if isinstance(field, error):
             missing[MEMORY_TEMPERATURE_CELSIUS] = failure(field.value, label).reason
