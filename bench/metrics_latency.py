@@ -6,10 +6,12 @@ keep-alive HTTP on loopback, their ratio (target: /metrics median within 3x of /
 exporter's CPU seconds per sampling tick per GPU while nobody scrapes, and its RSS.
 
     python3 bench/metrics_latency.py [--gpus 8] [--requests 2000] [--interval 1.0] [--idle 20]
-    python3 bench/metrics_latency.py --other-tree OLD/exporter [--requests 2000]
+    python3 bench/metrics_latency.py --other-tree OLD/exporter [--requests 2000] [--pace 0]
 
 With ``--other-tree``, it serves this tree and the other side by side and times the same requests on both,
 alternating which goes first, then prints each endpoint's medians and their ratio (this tree to the other).
+``--pace`` waits that long before each timed round: with ``--interval 0.1 --pace 1.5`` each request finds
+the 15 ticks that a 15 s scrape finds at a 1 s interval, captured and waiting to be published.
 """
 
 from __future__ import annotations
@@ -132,6 +134,8 @@ def compare(args: argparse.Namespace) -> int:
         for label, path, headers in (*ENDPOINTS, *((p, p, {}) for p in ("/api/v1/history", "/api/v1/gpus"))):
             timed: list[list[float]] = [[], []]
             for i in range(50 + args.requests):
+                if i >= 50:
+                    time.sleep(args.pace)
                 for side in (i % 2, 1 - i % 2):
                     began = time.perf_counter()
                     clients[side].get(path, headers=headers).raise_for_status()
@@ -155,6 +159,12 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--idle", type=float, default=60.0, help="seconds without scrapes for the CPU figure")
     parser.add_argument("--other-tree", type=Path, help="another exporter folder, timed side by side")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="--other-tree: seconds before each timed round, for ticks to wait for a request to publish them",
+    )
     args = parser.parse_args()
     if args.other_tree is not None:
         return compare(args)

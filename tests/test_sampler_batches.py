@@ -182,3 +182,28 @@ def test_metrics_include_every_tick_captured_before_the_scrape() -> None:
         sampler.capture()
     body = client.get("/metrics").text
     assert 'smlens_backend_samples_total{backend="sim"} 3.0' in body, body
+
+
+def test_a_failing_listener_costs_the_request_nothing_and_no_tick_is_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sampler = Sampler(SimBackend(Scenario.steady(2)), [], hostname="n", interval=1.0)
+    sampler.open()
+    publisher = Publisher()
+    sampler.subscribe(publisher.publish)
+    failing = [True]
+
+    def flaky(snapshot: Snapshot) -> None:
+        if failing[0] and snapshot.sequence == 2:
+            raise RuntimeError("a listener bug")
+
+    sampler.subscribe(flaky)
+    client = TestClient(create_app(publisher, thresholds.load(), lambda: True, refresh=sampler.publish))
+    for _ in range(3):
+        sampler.capture()
+    response = client.get("/metrics")
+    assert response.status_code == 200  # tick 2 was published before its second listener failed
+    assert 'smlens_backend_samples_total{backend="sim"} 2.0' in response.text
+    assert "publishing the captured ticks failed" in caplog.text
+    failing[0] = False
+    assert 'smlens_backend_samples_total{backend="sim"} 3.0' in client.get("/metrics").text

@@ -3,6 +3,7 @@ none of them calls NVML, DCGM or the kubelet."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,8 @@ from smlens.status.page import status_router
 from smlens.thresholds import Thresholds
 from smlens.verdict import latest as verdict_of
 
+log = logging.getLogger(__name__)
+
 
 class App(Router):
     """The exporter's application: smlens' own routes (Starlette and what it imported cost serve 1.3-2.1 MiB
@@ -33,7 +36,10 @@ class App(Router):
         self.refresh = refresh
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.refresh()
+        try:
+            self.refresh()
+        except Exception:  # a failing listener: answer from what was published, as before the request
+            log.exception("publishing the captured ticks failed")
         await super().__call__(scope, receive, send)
 
     def include_router(self, router: Router) -> None:
