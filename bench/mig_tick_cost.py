@@ -338,7 +338,7 @@ class Compact(Bare):
         self.build(self.capture())
 
     def capture(self) -> tuple[Any, ...]:
-        """The tick's NVML and GPM calls, each result or NVMLError kept as it came, with the tick's clocks."""
+        """The tick's NVML and GPM calls with the tick's clocks: each result, or the Absent of its error."""
         started, cpu_started = time.perf_counter(), time.thread_time()
         nv, handle = self.nv, self.handle
         self.mig_mode()
@@ -347,20 +347,20 @@ class Compact(Bare):
         try:
             results.append(nv.nvmlDeviceGetMemoryInfo(handle))
         except error as exc:
-            results.append(exc)
+            results.append(failure(exc.value, "GPU 0"))
         for _, name, args, _, _ in self.reads:
             try:
                 results.append(getattr(nv, name)(*args))
             except error as exc:
-                results.append(exc)
+                results.append(failure(exc.value, "GPU 0"))
         try:
             results.append(nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_MEMORY_TEMP])[0])
         except error as exc:
-            results.append(exc)
+            results.append(failure(exc.value, "GPU 0"))
         try:
             results.append(nv.nvmlDeviceGetCurrentClocksEventReasons(handle))
         except error as exc:
-            results.append(exc)
+            results.append(failure(exc.value, "GPU 0"))
         events = []
         for _ in range(256):
             try:
@@ -374,7 +374,7 @@ class Compact(Bare):
             request.sample1, request.sample2 = samples[self.newest], samples[slot]
             nv.nvmlGpmMetricsGet(request)
         except error as exc:
-            gpm: Any = exc
+            gpm: Any = failure(exc.value, "GPU 0")
         else:
             self.newest = slot
             gpm = self.unpack()
@@ -384,14 +384,14 @@ class Compact(Bare):
         """What smlens would publish for the captured tick."""
         results, events, gpm, now, started, cpu_started = captured
         nv, label = self.nv, "GPU 0"
-        error, success = nv.NVMLError, nv.NVML_SUCCESS
+        success = nv.NVML_SUCCESS
         gauges: dict[str, float] = {SM_CLOCK_MAX_HERTZ: self.max_sm_clock}
         totals: dict[str, float] = dict(self.counters)
         missing: dict[str, str] = {}
-        decode_plain(nv, results, self.reads, label, gauges, totals, missing)
+        decode_plain(results, self.reads, gauges, totals, missing)
         field, current = results[-2], results[-1]
-        if isinstance(field, error):
-            missing[MEMORY_TEMPERATURE_CELSIUS] = failure(field.value, label).reason
+        if isinstance(field, Absent):
+            missing[MEMORY_TEMPERATURE_CELSIUS] = field.reason
         else:
             temperature = (
                 value_of(field.value, field.valueType)
@@ -402,8 +402,8 @@ class Compact(Bare):
                 missing[MEMORY_TEMPERATURE_CELSIUS] = temperature.reason
             else:
                 gauges[MEMORY_TEMPERATURE_CELSIUS] = temperature
-        if isinstance(current, error):
-            missing[CLOCK_EVENTS] = failure(current.value, label).reason
+        if isinstance(current, Absent):
+            missing[CLOCK_EVENTS] = current.reason
             clock_events: dict[str, bool] = {}
         else:
             clock_events = {reason: bool(current & bit) for reason, bit in self.reasons}
@@ -413,8 +413,8 @@ class Compact(Bare):
                 xid = xid_label(data)
                 counts[xid] = counts.get(xid, 0) + 1
             self.xids = MappingProxyType(counts)
-        if isinstance(gpm, error):
-            missing[SM_ACTIVE] = failure(gpm.value, label).reason
+        if isinstance(gpm, Absent):
+            missing[SM_ACTIVE] = gpm.reason
         else:
             seconds, self.taken_at = now - self.taken_at, now
             for (key, is_ratio), returned, value in zip(self.metrics, gpm[::2], gpm[1::2], strict=True):

@@ -5,7 +5,9 @@ every tick gives, failures and a GPU lost mid-batch included, and a reader must 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
+import time
 from collections.abc import Callable
 
 import pynvml
@@ -20,9 +22,11 @@ from smlens.backends.nvml import open_nvml_backends
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.model import Snapshot
 from smlens.sampler import PUBLISH_EVERY_TICKS, Sampler
+from smlens.status.history import History
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+DRAM = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
 GPUS = ("GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444")
 STEPS = 14
 
@@ -35,7 +39,8 @@ def node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
 
 
 def script(fake: FakeNode, step: int) -> None:
-    """What happens on the node before a step's tick: XIDs, failing reads, a NaN, a GPU lost."""
+    """What happens on the node before a step's tick: XIDs, failing reads, a NaN, a GPU lost where only the
+    decoding sees it (one GPM metric answers GPU_IS_LOST)."""
     first, second = fake.gpu(GPUS[0]), fake.gpu(GPUS[1])
     fake.advance(1.0)
     first.utilization_samples = [(fake.time_us - 500_000, 30 + step)]
@@ -49,8 +54,10 @@ def script(fake: FakeNode, step: int) -> None:
         first.gpm_metric_errors[OCCUPANCY] = pynvml.NVML_ERROR_NOT_SUPPORTED
     if step == 7:
         first.errors["nvmlDeviceGetCurrentClocksEventReasons"] = pynvml.NVML_ERROR_TIMEOUT
-    if step == 8:
-        second.lost = True  # inside the second batch of three: the ticks after it are captured first
+    if step == 5:
+        first.gpm_rates[DRAM] = math.nan
+    if step == 9:  # first of a batch of three: ticks 10 and 11 are captured before the loss is decoded
+        second.gpm_metric_errors[SM] = pynvml.NVML_ERROR_GPU_IS_LOST
 
 
 def run(monkeypatch: pytest.MonkeyPatch, step: Callable[[Sampler], None]) -> list[Snapshot]:
@@ -107,25 +114,31 @@ def test_batched_publishing_gives_the_snapshots_of_publishing_every_tick(
     assert every_tick[4].gpus[0].missing[n.MEMORY_USED_BYTES] == "unknown"
     assert every_tick[7].gpus[0].missing["clock_events"] == "timeout"
     assert n.SM_OCCUPANCY in last.gpus[0].missing and n.SM_ACTIVE in last.gpus[0].gauges
-    assert dict(last.backends[0].errors_total) == {"gpu_lost": 1}
+    assert last.gpus[0].missing[n.DRAM_ACTIVE] == "not_a_number"
+    assert dict(last.backends[1].errors_total) == {"gpu_lost": 1}  # the gpm backend's decoding saw it
+    assert [s.gpus[1].up for s in every_tick[8:11]] == [True, False, False]
 
 
-def test_a_gpu_lost_mid_batch_is_not_read_once_the_loss_is_published(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_lost_at_capture_gets_no_more_calls_before_its_loss_is_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fake = node(monkeypatch)
     nvml, gpm = open_nvml_backends()
     sampler = Sampler(nvml, [gpm], hostname="n", interval=1.0)
     sampler.open()
     try:
         sampler.tick()
-        fake.gpu(GPUS[1]).lost = True
+        lost = fake.gpu(GPUS[1])
+        lost.lost = True
+        before = sum(lost.calls.values())
         sampler.capture()
-        sampler.capture()  # the loss is not decoded yet: the GPU is still captured
-        calls = sum(fake.gpu(GPUS[1]).calls.values())
+        assert sum(lost.calls.values()) == before + 1  # its first call answered GPU_IS_LOST
+        sampler.capture()
+        sampler.capture()
+        assert sum(lost.calls.values()) == before + 1
         snapshot = sampler.publish()
-        assert snapshot is not None and snapshot.sequence == 3
+        assert snapshot is not None and snapshot.sequence == 4
         assert [g.up for g in snapshot.gpus] == [True, False]
-        sampler.tick()
-        assert sum(fake.gpu(GPUS[1]).calls.values()) == calls
     finally:
         sampler.close()
 
@@ -171,39 +184,76 @@ def test_publish_from_many_threads_keeps_every_tick_once_and_in_order() -> None:
     assert seen == list(range(1, 301))
 
 
-def test_metrics_include_every_tick_captured_before_the_scrape() -> None:
-    sampler = Sampler(SimBackend(Scenario.steady(2)), [], hostname="n", interval=1.0)
+def served(clock: list[float] | None = None) -> tuple[Sampler, TestClient, list[int]]:
+    """A sampler on the sim node, not started, behind serve's app; and the sequences the listeners got."""
+    wall = (lambda: clock[0]) if clock is not None else time.time
+    sampler = Sampler(SimBackend(Scenario.steady(2)), [], hostname="n", interval=1.0, wall=wall)
     sampler.open()
-    publisher = Publisher()
-    sampler.subscribe(publisher.publish)
-    client = TestClient(create_app(publisher, thresholds.load(), lambda: True, refresh=sampler.publish))
+    limits = thresholds.load()
+    publisher, history, seen = Publisher(), History(limits), []
+    for listener in (publisher.publish, history.record, lambda s: seen.append(s.sequence)):
+        sampler.subscribe(listener)
+    return sampler, TestClient(create_app(publisher, limits, lambda: True, history, sampler)), seen
+
+
+def test_metrics_include_every_tick_captured_before_the_scrape() -> None:
+    sampler, client, seen = served()
     assert client.get("/metrics").status_code == 503  # nothing captured yet
     for _ in range(3):
         sampler.capture()
     body = client.get("/metrics").text
     assert 'smlens_backend_samples_total{backend="sim"} 3.0' in body, body
+    assert seen == [1, 2, 3]
+    sampler.capture()
+    assert client.get("/api/v1/gpus").json()["sequence"] == 4
+    sampler.capture()
+    assert client.get("/api/v1/history").json()["sequence"] == 5
 
 
-def test_a_failing_listener_costs_the_request_nothing_and_no_tick_is_skipped(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    sampler = Sampler(SimBackend(Scenario.steady(2)), [], hostname="n", interval=1.0)
-    sampler.open()
-    publisher = Publisher()
-    sampler.subscribe(publisher.publish)
-    failing = [True]
+def test_the_probes_publish_nothing_and_follow_the_captures() -> None:
+    clock = [1000.0]
+    sampler, client, seen = served(clock)
+    sampler.capture()
+    assert client.get("/-/ready").text == "no complete sample yet\n"
+    sampler.capture()
+    assert client.get("/-/ready").status_code == 200
+    assert client.get("/-/healthy").status_code == 200
+    assert seen == []  # the ticks wait for a scrape, to be decoded together
+    clock[0] += 6.0  # no capture for 6 s: sampling stalled (limit max(3 intervals, 5 s))
+    answer = client.get("/-/ready")
+    assert answer.status_code == 503 and "sampling stalled" in answer.text
+    sampler.capture()
+    assert client.get("/-/ready").status_code == 200
+
+
+def test_the_probes_answer_while_a_batch_is_being_published() -> None:
+    sampler, client, _ = served()
+    sampler.capture()
+    sampler.capture()
+    answers: list[int] = []
+
+    def probe() -> None:
+        answers.extend(client.get(path).status_code for path in ("/-/ready", "/-/healthy"))
+
+    with sampler._publishing:  # the sampler's thread in the middle of a batch
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        prober.join(5)
+    assert answers == [200, 200], "a probe waited for the publishing"
+
+
+def test_a_failing_listener_costs_no_other_listener_a_snapshot(caplog: pytest.LogCaptureFixture) -> None:
+    sampler, client, seen = served()
 
     def flaky(snapshot: Snapshot) -> None:
-        if failing[0] and snapshot.sequence == 2:
+        if snapshot.sequence == 2:
             raise RuntimeError("a listener bug")
 
     sampler.subscribe(flaky)
-    client = TestClient(create_app(publisher, thresholds.load(), lambda: True, refresh=sampler.publish))
     for _ in range(3):
         sampler.capture()
     response = client.get("/metrics")
-    assert response.status_code == 200  # tick 2 was published before its second listener failed
-    assert 'smlens_backend_samples_total{backend="sim"} 2.0' in response.text
-    assert "publishing the captured ticks failed" in caplog.text
-    failing[0] = False
-    assert 'smlens_backend_samples_total{backend="sim"} 3.0' in client.get("/metrics").text
+    assert response.status_code == 200
+    assert 'smlens_backend_samples_total{backend="sim"} 3.0' in response.text
+    assert seen == [1, 2, 3]
+    assert "a listener of the sampler failed" in caplog.text

@@ -3,44 +3,26 @@ none of them calls NVML, DCGM or the kubelet."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import yaml
 
 from smlens import __version__
 from smlens import names as n
-from smlens.asgi import Receive, Scope, Send
 from smlens.exposition import Exposition, live_registry, render_live
 from smlens.model import GpuState, Snapshot
-from smlens.routing import JSONResponse, PlainTextResponse, Request, Response, Route, Router
+from smlens.routing import JSONResponse, PlainTextResponse, Request, Response, Route, Router, off_loop
 from smlens.status.history import History
 from smlens.status.page import status_router
 from smlens.thresholds import Thresholds
 from smlens.verdict import latest as verdict_of
 
-log = logging.getLogger(__name__)
-
 
 class App(Router):
     """The exporter's application: smlens' own routes (Starlette and what it imported cost serve 1.3-2.1 MiB
     of RSS, FastAPI 7.7 MiB more: docs/performance.md, "Memory") and their OpenAPI document, made from the
-    YAML after ``---`` in each handler's docstring. The document is not served; the tests fuzz with it.
-
-    ``refresh`` runs before every request: the sampler's ``publish``, so that an answer includes every tick
-    captured before it (smlens.sampler)."""
-
-    def __init__(self, routes: Iterable[Route] = (), refresh: Callable[[], object] = lambda: None) -> None:
-        super().__init__(routes)
-        self.refresh = refresh
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            self.refresh()
-        except Exception:  # a failing listener: answer from what was published, as before the request
-            log.exception("publishing the captured ticks failed")
-        await super().__call__(scope, receive, send)
+    YAML after ``---`` in each handler's docstring. The document is not served; the tests fuzz with it."""
 
     def include_router(self, router: Router) -> None:
         self.routes.extend(router.routes)
@@ -56,9 +38,22 @@ class App(Router):
         return {"openapi": "3.0.3", "info": {"title": "smlens", "version": __version__}, "paths": paths}
 
 
+class Sampling(Protocol):
+    """What serving needs of the sampler (smlens.sampler.Sampler)."""
+
+    @property
+    def interval(self) -> float: ...
+
+    def publish(self) -> object:
+        """Decode and publish the ticks captured so far."""
+
+    def progress(self) -> tuple[int, float]:
+        """Ticks captured so far, and the seconds since the latest."""
+
+
 class Publisher:
-    """Holds the latest exposition; the sampler's listener swaps it in once per tick. ``live`` holds the
-    metrics rendered at each scrape instead."""
+    """Holds the latest exposition; the sampler's listener swaps it in for each published tick. ``live``
+    holds the metrics rendered at each scrape instead."""
 
     def __init__(self) -> None:
         self.current: Exposition | None = None
@@ -123,19 +118,30 @@ def create_app(
     thresholds: Thresholds,
     sampler_alive: Callable[[], bool],
     history: History | None = None,
-    refresh: Callable[[], object] = lambda: None,
+    sampling: Sampling | None = None,
 ) -> App:
-    """``history`` is the ring the sampler feeds for the status page at ``/``; ``refresh`` publishes the
-    ticks the sampler has captured but not yet published (``Sampler.publish``)."""
+    """``history`` is the ring the sampler feeds for the status page at ``/``. With ``sampling``, the
+    answers made of data (/metrics, /api/v1/gpus, /api/v1/history) first publish the ticks the sampler
+    captured before the request, off the event loop, and readiness follows the captures; the probes
+    publish nothing, so that ticks keep waiting for the next scrape and are decoded in batches."""
     history = History(thresholds) if history is None else history
 
+    async def fresh() -> None:
+        if sampling is not None:
+            await off_loop(sampling.publish)
+
     def not_ready() -> str | None:
-        current = publisher.current
-        if current is None or current.snapshot.sequence < 2:  # the first tick only primes the counters
+        if sampling is None:
+            current = publisher.current
+            ticks, age = (0, 0.0) if current is None else (current.snapshot.sequence, current.age())
+            interval = 0.0 if current is None else current.snapshot.interval_seconds
+        else:
+            (ticks, age), interval = sampling.progress(), sampling.interval
+        if ticks < 2:  # the first tick only primes the counters
             return "no complete sample yet"
-        limit = max(n.STALE_INTERVALS * current.snapshot.interval_seconds, n.STALE_MIN_SECONDS)
-        if current.age() > limit:
-            return f"latest snapshot is {current.age():.1f} s old (limit {limit:.1f} s): sampling stalled"
+        limit = max(n.STALE_INTERVALS * interval, n.STALE_MIN_SECONDS)
+        if age > limit:
+            return f"latest sample is {age:.1f} s old (limit {limit:.1f} s): sampling stalled"
         return None
 
     async def metrics(request: Request) -> Response:
@@ -145,6 +151,7 @@ def create_app(
           200: {description: the metrics}
           503: {description: no complete sample yet}
         """
+        await fresh()
         current = publisher.current
         if current is None:
             return PlainTextResponse("no complete sample yet\n", status_code=503)
@@ -198,6 +205,7 @@ def create_app(
           404: {description: no such GPU on this node}
           503: {description: no complete sample yet}
         """
+        await fresh()
         gpu = request.query_params.get("gpu")
         current = publisher.current
         if current is None:
@@ -232,8 +240,8 @@ def create_app(
             Route("/-/healthy", healthy, methods=["GET"]),
             Route("/-/ready", ready, methods=["GET"]),
             Route("/api/v1/gpus", gpus, methods=["GET"]),
-        ],
-        refresh=refresh,
+        ]
     )
-    app.include_router(status_router(history, lambda gpu: gpu_json(gpu, thresholds)))
+    publish = (lambda: None) if sampling is None else sampling.publish
+    app.include_router(status_router(history, lambda gpu: gpu_json(gpu, thresholds), publish))
     return app

@@ -99,7 +99,7 @@ def _serve(settings: ServeSettings) -> int:
             publisher.live.register(server.stats)
             sampler.subscribe(publisher.publish)
             sampler.subscribe(history.record)
-            app = create_app(publisher, limits, sampler.alive, history, sampler.publish)
+            app = create_app(publisher, limits, sampler.alive, history, sampler)
             if token is not None:
                 app.include_router(profiling_router(_admin_control(sampler), token))
             sampler.subscribe(release_after_start_up)

@@ -166,3 +166,8 @@ class Router:
 @functools.cache
 def _handler_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="smlens-handler")
+
+
+async def off_loop(work: Callable[[], object]) -> None:
+    """Run ``work`` on the plain handlers' thread pool, the event loop serving other requests meanwhile."""
+    await asyncio.get_running_loop().run_in_executor(_handler_pool(), contextvars.copy_context().run, work)

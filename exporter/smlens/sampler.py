@@ -1,5 +1,5 @@
-"""The background sampler: reads every GPU from every backend once per tick, off the request path,
-and publishes an immutable :class:`~smlens.model.Snapshot` per tick.
+"""The background sampler: reads every GPU from every backend once per tick, on its own thread, and
+publishes an immutable :class:`~smlens.model.Snapshot` per tick.
 
 A tick has two halves. ``capture`` makes the tick's calls and keeps what they return; ``publish`` turns
 every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -64,15 +65,17 @@ class _Gpu:
     identity: GpuIdentity
     choice: ProfilingChoice
     totals: GpuTotals
-    lost: bool = False
+    lost: bool = False  # known when its loss is published
+    lost_at_capture: bool = False  # a capture already raised GpuLostError: no more calls to it
 
 
 class Sampler:
-    """Owns the backends. ``tick()`` is the unit of work; ``start()`` runs it on a thread.
+    """Owns the backends. ``start()`` runs ``background_tick()`` on a thread every interval; ``tick()``
+    is a capture and its publishing at once.
 
-    A tick reads every GPU from every backend that serves it, records each backend's health
-    (:mod:`smlens.backend_health`), and folds the readings into state (:mod:`smlens.fold`) under the
-    profiling-source choice made at ``open()`` (:mod:`smlens.profiling_policy`)."""
+    A tick reads every GPU from every backend that serves it (``capture``); publishing it records each
+    backend's health (:mod:`smlens.backend_health`) and folds the readings into state (:mod:`smlens.fold`)
+    under the profiling-source choice made at ``open()`` (:mod:`smlens.profiling_policy`)."""
 
     def __init__(
         self,
@@ -97,6 +100,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._attribution: AttributionRefresher | None = None
         self._pending: collections.deque[_Capture] = collections.deque()
+        self._captured = 0
         self._publishing = threading.Lock()
         self._batch = (
             max(1, min(PUBLISH_EVERY_TICKS, int(PUBLISH_EVERY_SECONDS / interval))) if interval > 0 else 1
@@ -152,7 +156,7 @@ class Sampler:
         for gpu in self._gpus:
             captured: list[_Entry] = []
             gpus.append(captured)
-            if gpu.lost:
+            if gpu.lost or gpu.lost_at_capture:
                 continue
             now, ident = clock(), gpu.identity
             for source in self._sources:
@@ -162,10 +166,12 @@ class Sampler:
                 try:
                     result: Captured | Exception = source.backend.capture(ident, now)
                 except Exception as exc:  # handled in publish, in the tick's order
-                    result = exc
+                    result = exc.with_traceback(None)  # a kept traceback would keep this frame too
                 captured.append((source, clock() - began, result))
                 if isinstance(result, GpuLostError):
+                    gpu.lost_at_capture = True
                     break
+        self._captured += 1
         attribution = EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current()
         self._pending.append(
             _Capture(self._wall(), clock() - started, time.thread_time() - cpu_started, gpus, attribution)
@@ -176,8 +182,18 @@ class Sampler:
         Returns the latest snapshot (None before the first tick). Safe to call from any thread."""
         with self._publishing:
             while self._pending:
-                self._publish_one(self._pending.popleft())
+                try:
+                    self._publish_one(self._pending.popleft())
+                except Exception:  # a bug in decoding or folding costs its tick, not the ones after it
+                    log.exception("publishing a sampling tick failed")
         return self.latest
+
+    def progress(self) -> tuple[int, float]:
+        """Ticks captured so far, and the seconds since the latest (inf before the first)."""
+        latest = self._pending[-1].taken_at if self._pending else None
+        if latest is None and self.latest is not None:
+            latest = self.latest.taken_at
+        return self._captured, math.inf if latest is None else self._wall() - latest
 
     def _publish_one(self, captured: _Capture) -> None:
         started, cpu_started = self._clock(), time.thread_time()
@@ -203,7 +219,10 @@ class Sampler:
         )
         self.latest = snapshot
         for listener in self._listeners:
-            listener(snapshot)
+            try:
+                listener(snapshot)
+            except Exception:  # one listener's bug must not keep the snapshot from the others
+                log.exception("a listener of the sampler failed")
 
     def _fold_gpu(self, gpu: _Gpu, entries: list[_Entry]) -> GpuState:
         readings, missing, up = self._readings(gpu, entries)
@@ -220,29 +239,32 @@ class Sampler:
         up = True
         for source, seconds, result in entries:
             health, name = source.health, source.backend.name
-            started = self._clock()
-            try:
+            error: Exception | None = None
+            if isinstance(result, Exception):
+                error = result
+            else:
+                started = self._clock()
                 try:
-                    if isinstance(result, Exception):
-                        raise result
                     readings.append(finish(result))
-                finally:  # the capture and its decoding only, not the logging of a failure
-                    health.spent(seconds + self._clock() - started)
-            except GpuLostError as exc:
-                health.gpu_lost(exc.reason)
+                except Exception as exc:
+                    error = exc.with_traceback(None)
+                seconds += self._clock() - started  # the capture and its decoding
+            health.spent(seconds)
+            if isinstance(error, GpuLostError):
+                health.gpu_lost(error.reason)
                 gpu.lost, up = True, False
-                log.error("GPU %d (%s) is lost: %s", ident.index, ident.uuid, exc)
+                log.error("GPU %d (%s) is lost: %s", ident.index, ident.uuid, error)
                 break
-            except Exception as exc:  # a backend bug must not stop the sampler
-                reason = exc.reason if isinstance(exc, BackendError) else "unexpected"
-                health.failed(reason, f"GPU {ident.index} ({ident.uuid}): {exc}")
+            if error is not None:  # a backend bug must not stop the sampler
+                reason = error.reason if isinstance(error, BackendError) else "unexpected"
+                health.failed(reason, f"GPU {ident.index} ({ident.uuid}): {error}")
                 missing[name] = reason
                 if source.backend is self._device:
                     up = False
         return readings, missing, up
 
     def start(self) -> None:
-        """Run ``tick()`` every interval on a daemon thread (``open()`` must have succeeded)."""
+        """Run ``background_tick()`` every interval on a daemon thread (``open()`` must have succeeded)."""
         self._thread = threading.Thread(target=self._run, name="smlens-sampler", daemon=True)
         self._thread.start()
         if self._attribution is not None:

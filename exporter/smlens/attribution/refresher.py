@@ -1,7 +1,7 @@
 """The background thread that refreshes attribution, and the one hook the sampler reads.
 
-The sampler calls :meth:`AttributionRefresher.current` once per tick: a reference read, never a
-kubelet call or an NVML process walk. A source that fails loses its results at once (stale pod
+The sampler calls :meth:`AttributionRefresher.current` once per tick, at its capture: a reference read,
+never a kubelet call or an NVML process walk. A source that fails loses its results at once (stale pod
 labels mislead more than missing ones), reports ``up`` 0, and is logged once per change of state.
 """
 

@@ -160,26 +160,23 @@ def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
 
 
 def decode_plain(
-    nv: Any,
     results: list[Any],
     reads: tuple[TickRead, ...],
-    label: str,
     gauges: dict[str, float],
     totals: dict[str, float],
     missing: dict[str, str],
 ) -> None:
     """Memory info's and the bound TICK_READS' results (``results[0]`` and those after it) in ``gauges``
-    and ``totals``, each NVML error in ``missing`` by reason."""
-    error = nv.NVMLError
+    and ``totals``, each NVML error (an Absent) in ``missing`` by reason."""
     memory = results[0]
-    if isinstance(memory, error):
-        missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = failure(memory.value, label).reason
+    if isinstance(memory, Absent):
+        missing[MEMORY_USED_BYTES] = missing[MEMORY_TOTAL_BYTES] = memory.reason
     else:
         gauges[MEMORY_USED_BYTES] = float(memory.used)
         gauges[MEMORY_TOTAL_BYTES] = float(memory.total)
     for (key, _, _, scale, is_total), value in zip(reads, results[1 : len(reads) + 1], strict=True):
-        if isinstance(value, error):
-            missing[key] = failure(value.value, label).reason
+        if isinstance(value, Absent):
+            missing[key] = value.reason
         else:
             (totals if is_total else gauges)[key] = value * scale
 
@@ -327,11 +324,11 @@ class NvmlBackend(DeviceSource):
         nv = nvml_module()
         error = nv.NVMLError
         results: list[Any] = []
-        for name, args in device.calls:  # each error kept to be decoded like a value: no wrapper per call
+        for name, args in device.calls:  # no wrapper per call; a lost GPU raises here, at its first call
             try:
                 results.append(getattr(nv, name)(*args))
             except error as exc:
-                results.append(exc)
+                results.append(failure(exc.value, device.label))
         handle = device.handle
         if now >= device.next_counters_at:
             device.counters = {
@@ -370,7 +367,7 @@ class NvmlBackend(DeviceSource):
         gauges: dict[str, float] = {}
         totals: dict[str, float] = {}
         missing: dict[str, str] = {}
-        decode_plain(nv, results, device.reads, label, gauges, totals, missing)
+        decode_plain(results, device.reads, gauges, totals, missing)
         fields = results[len(device.reads) + 1]
         temperature = self._memory_temperature(nv, fields, label)
         if isinstance(temperature, Absent):
@@ -386,7 +383,7 @@ class NvmlBackend(DeviceSource):
                 missing[key] = counted.reason
             else:
                 totals[key] = counted
-        clock_events = self._clock_events(nv, device, results[-1])
+        clock_events = self._clock_events(device, results[-1])
         if isinstance(clock_events, Absent):
             missing[CLOCK_EVENTS] = clock_events.reason
             clock_events = {}
@@ -502,19 +499,19 @@ class NvmlBackend(DeviceSource):
 
     @staticmethod
     def _memory_temperature(nv: Any, fields: Any, label: str) -> float | Absent:
-        if isinstance(fields, nv.NVMLError):
-            return failure(fields.value, label)
+        if isinstance(fields, Absent):
+            return fields
         field = fields[0]
         if field.nvmlReturn != nv.NVML_SUCCESS:
             return failure(field.nvmlReturn, label)
         return value_of(field.value, field.valueType)
 
     @staticmethod
-    def _clock_events(nv: Any, device: _Device, current: Any) -> dict[str, bool] | Absent:
+    def _clock_events(device: _Device, current: Any) -> dict[str, bool] | Absent:
         if isinstance(device.clock_event_bits, Absent):
             return device.clock_event_bits
-        if isinstance(current, nv.NVMLError):
-            return failure(current.value, device.label)
+        if isinstance(current, Absent):
+            return current
         return {reason: bool(current & bit) for reason, bit in device.clock_event_bits}
 
     def close(self) -> None:

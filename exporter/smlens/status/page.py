@@ -46,8 +46,11 @@ def _sequence(value: str | None) -> int | None:
     return int(digits or "0") if len(digits) <= 20 else sys.maxsize
 
 
-def status_router(history: History, describe: Describe) -> Router:
-    """Routes of the page; ``describe`` is /api/v1/gpus' view of one GPU, so both agree on verdicts."""
+def status_router(
+    history: History, describe: Describe, publish: Callable[[], object] = lambda: None
+) -> Router:
+    """Routes of the page; ``describe`` is /api/v1/gpus' view of one GPU, so both agree on verdicts;
+    ``publish`` publishes the ticks the sampler captured before a request for the timelines."""
     page = _asset("index.html")
     assets = {name: _asset(name) for name in STATIC}
     # Other headers (X-Content-Type-Options, ...) come from the web config's http_server_config.headers.
@@ -94,6 +97,7 @@ def status_router(history: History, describe: Describe) -> Router:
             after = _sequence(request.query_params.get("after"))
         except ValueError:
             return JSONResponse({"error": "after must be a sequence number (digits only)"}, status_code=422)
+        publish()
         window = history.window(after, MAX_VALUES_PER_ANSWER)
         if window is None:
             return JSONResponse({"error": "no complete sample yet"}, status_code=503)
