@@ -5,6 +5,7 @@ every tick gives, failures and a GPU lost mid-batch included, and a reader must 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import threading
 import time
@@ -257,3 +258,31 @@ def test_a_failing_listener_costs_no_other_listener_a_snapshot(caplog: pytest.Lo
     assert 'smlens_backend_samples_total{backend="sim"} 3.0' in response.text
     assert seen == [1, 2, 3]
     assert "a listener of the sampler failed" in caplog.text
+
+
+def test_failing_reads_leave_no_garbage_cycles_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept NVML errors must not keep their tracebacks: each would hold its frame and the tick's results
+    (review-9 counted 45 cyclic objects per tick and GPU with one unsupported read)."""
+    fake = install(monkeypatch, FakeGpu(GPUS[0], ecc_corrected=None, gpm_rates={SM: 50.0}))
+    fake.gpu(GPUS[0]).errors["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_UNKNOWN
+    now = [0.0]
+    nvml, gpm = open_nvml_backends()
+    sampler = Sampler(nvml, [gpm], hostname="n", interval=1.0, clock=lambda: now[0])
+    sampler.open()
+    try:
+        sampler.tick()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(50):
+                fake.advance(1.0)
+                now[0] += 1.0
+                sampler.capture()
+            snapshot = sampler.publish()
+            cycles = gc.collect()
+        finally:
+            gc.enable()
+    finally:
+        sampler.close()
+    assert snapshot is not None and snapshot.gpus[0].missing[n.ECC_CORRECTED] == "not_supported"
+    assert cycles < 50, f"{cycles} objects in garbage cycles after 50 ticks"
