@@ -5,14 +5,16 @@ No GPU is needed: the NVML calls go to the fake pynvml of the tests (tests/fakes
 call is made to take at least its H200 latency (a busy wait from the call's start, so the fake's own Python
 cost hides inside the latency, as the driver's does). Latencies and ticks are counted in the thread's CPU
 time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is
-smlens' sampler as its thread runs (``Sampler.background_tick``: the nvml and gpm backends' calls every
-tick, their decoding, the per-instance fold and the snapshot for 30 ticks at a time); ``bare`` is a loop
+smlens' sampler as served: the nvml and gpm backends' calls every tick, and their decoding, the
+per-instance fold and the snapshots of ``--publish-every`` ticks at a time, as a scrape every that many
+intervals publishes them (default 15: the chart's 15 s scrape at its 1 s interval); ``bare`` is a loop
 making the same calls with handles, samples and requests prepared in advance, as a hand-written poller
 would. Every side reads the MIG mode on every 10th tick, as smlens does every 10 s at a 1 s interval. The
 two alternate tick by tick; the figure is the ratio of their means, decoding included (target <= 1.25x).
 
     python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
     python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5] [--batch 30]   # a GPU host's GPU 0
+    (both take --publish-every N, default 15)
 
 ``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
 its own ``--pause`` so that both pay the wake-up a sampler pays (smlens' samplers on a clock that moves 1 s
@@ -481,6 +483,20 @@ class Deferred(Compact):
             self.pending.clear()
 
 
+def scraped(sampler: Sampler, every: int) -> Callable[[], None]:
+    """A capture every tick and a publish every ``every``-th, as when a scrape every ``every`` intervals
+    publishes what the sampler captured (the probes publish nothing)."""
+    count = [0]
+
+    def tick() -> None:
+        sampler.capture()
+        count[0] += 1
+        if count[0] % every == 0:
+            sampler.publish()
+
+    return tick
+
+
 def functions_run(tick: Callable[[], Any]) -> set[tuple[str, str]]:
     """The (module, function) pairs of smlens that one call of ``tick`` runs, generated ones left out."""
     seen: set[tuple[str, str]] = set()
@@ -519,9 +535,11 @@ def compare_compact(node: FakeNode, sampler: Sampler) -> None:
         print(f"  {name} prototype against smlens' state, keys that differ: {differ or 'none'}")
 
 
-def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) -> tuple[float, float]:
-    """Mean CPU µs per tick for smlens (as its thread samples: the publishing of every
-    ``PUBLISH_EVERY_TICKS``-th tick included) and for the bare calls."""
+def run(
+    instances: int, ticks: int, table: dict[str, float], gpm_factor: float, every: int
+) -> tuple[float, float]:
+    """Mean CPU µs per tick for smlens (the publishing of every ``every``-th tick included, as a scrape
+    publishes) and for the bare calls."""
     node = fake_node(instances, table, gpm_factor)
     now = [0.0]
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=5.0)
@@ -533,11 +551,12 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
     sampler.tick()  # primes the GPM chains, the MIG layout and the utilization probe
     smlens_us: list[float] = []
     bare_us: list[float] = []
+    tick = scraped(sampler, every)
     for _ in range(ticks):
         node.advance(1.0)
         now[0] += 1.0
         started = time.thread_time()
-        sampler.background_tick()
+        tick()
         smlens_us.append((time.thread_time() - started) * 1e6)
         started = time.thread_time()
         bare.tick()
@@ -556,9 +575,9 @@ def run(instances: int, ticks: int, table: dict[str, float], gpm_factor: float) 
     return statistics.fmean(smlens_us), statistics.fmean(bare_us)
 
 
-def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
-    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens as its thread samples (capture
-    every tick, publish every ``PUBLISH_EVERY_TICKS``), smlens' ``Sampler.tick()`` (capture and publish
+def run_real(ticks: int, pause: float, batch: int, every: int) -> dict[str, list[float]]:
+    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens as served (a capture every tick,
+    a publish every ``every``-th), smlens' ``Sampler.tick()`` (capture and publish
     every tick), the bare calls, the minimal sampler and the two prototypes, each after its own pause (all
     pay the wake-up a sampler pays), each first in turn."""
     samplers, clocks = [], []
@@ -572,7 +591,7 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
         clocks.append(clock)
     threaded, eager = samplers
     ticking = {
-        "smlens": threaded.background_tick,
+        "smlens": scraped(threaded, every),
         "smlens tick()": eager.tick,
         "bare calls": Bare(pynvml, 0, real=True).tick,
         "minimal sampler": Minimal(pynvml).tick,
@@ -600,8 +619,8 @@ def run_real(ticks: int, pause: float, batch: int) -> dict[str, list[float]]:
     return spent
 
 
-def report_real(ticks: int, pause: float, batch: int) -> None:
-    spent = run_real(ticks, pause, batch)
+def report_real(ticks: int, pause: float, batch: int, every: int) -> None:
+    spent = run_real(ticks, pause, batch, every)
     print(f"this host's GPU 0, whole, real NVML and GPM, {ticks} ticks of each, {pause} s apart, wall clock")
     for what, pick in (("median", statistics.median), ("mean", statistics.fmean)):
         bare = pick(spent["bare calls"])
@@ -620,9 +639,15 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="on a GPU host: its GPU 0 through real NVML")
     parser.add_argument("--pause", type=float, default=0.5, help="--real: seconds before each tick")
     parser.add_argument("--batch", type=int, default=30, help="--real: ticks the deferred prototype keeps")
+    parser.add_argument(
+        "--publish-every",
+        type=int,
+        default=15,
+        help="smlens publishes every this many ticks (default: the chart's 15 s scrape at 1 s)",
+    )
     args = parser.parse_args()
     if args.real:
-        report_real(args.ticks, args.pause, args.batch)
+        report_real(args.ticks, args.pause, args.batch, args.publish_every)
         return
     table, nvml, gpm = latencies(args.latencies)
     print(
@@ -630,7 +655,7 @@ def main() -> None:
         f"x {gpm:.2f} for GPM), mean per tick over {args.ticks} ticks"
     )
     for instances in (0, args.instances):
-        smlens, bare = run(instances, args.ticks, table, gpm)
+        smlens, bare = run(instances, args.ticks, table, gpm, args.publish_every)
         what = "whole GPU, MIG off" if not instances else f"MIG on, {instances} GPU instances"
         print(f"{what:32s} smlens {smlens:7.1f} us   bare calls {bare:7.1f} us   ratio {smlens / bare:.2f}x")
     print("target: ratio <= 1.25x")
