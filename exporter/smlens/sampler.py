@@ -4,10 +4,10 @@ publishes an immutable :class:`~smlens.model.Snapshot` per tick.
 A tick has two halves. ``capture`` makes the tick's calls and keeps what they return; ``publish`` turns
 every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
 sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would span more than
-``PUBLISH_EVERY_SECONDS``), and a reader calls ``publish`` before it answers, so that nothing it serves
-is older than the last capture. Decoding several ticks in a row runs warm: on an H200 that took the
-per-tick cost from 1.56x-1.67x the bare calls' to 1.20x in one run (docs/performance.md, "Capture every
-tick, publish in batches").
+``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they answer, so that
+nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200
+the per-tick cost fell from 1.56x-1.67x the bare calls' to 1.30x-1.32x with batches of 10 and 1.20x with
+batches of 30 (docs/performance.md, "Capture every tick, publish in batches").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
