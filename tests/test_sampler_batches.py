@@ -17,10 +17,12 @@ from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
+from smlens import sampler as sampler_module
 from smlens import thresholds
 from smlens.app import Publisher, create_app
 from smlens.backends.nvml import open_nvml_backends
 from smlens.backends.sim import Scenario, SimBackend
+from smlens.errors import SmlensError
 from smlens.model import Snapshot
 from smlens.sampler import PUBLISH_EVERY_TICKS, Sampler
 from smlens.status.history import History
@@ -286,3 +288,17 @@ def test_failing_reads_leave_no_garbage_cycles_behind(monkeypatch: pytest.Monkey
         sampler.close()
     assert snapshot is not None and snapshot.gpus[0].missing[n.ECC_CORRECTED] == "not_supported"
     assert cycles < 50, f"{cycles} objects in garbage cycles after 50 ticks"
+
+
+def test_a_tick_that_cannot_be_published_fails_tick_and_spares_the_next(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sampler, _, seen = served()
+    real_fold = sampler_module.fold
+    monkeypatch.setattr(sampler_module, "fold", lambda *args: 1 / 0)
+    with pytest.raises(SmlensError, match="could not be published"):
+        sampler.tick()
+    assert "publishing a sampling tick failed" in caplog.text
+    monkeypatch.setattr(sampler_module, "fold", real_fold)
+    assert sampler.tick().sequence == 1  # the failed tick was dropped, not retried forever
+    assert seen == [1]

@@ -28,7 +28,7 @@ from smlens import profiling_policy
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.backend_health import BackendHealth
 from smlens.backends.base import Backend, Captured, DeviceSource, finish
-from smlens.errors import BackendError, GpuLostError
+from smlens.errors import BackendError, GpuLostError, SmlensError
 from smlens.fold import GpuTotals, fold
 from smlens.model import EMPTY_ATTRIBUTION, Attribution, GpuIdentity, GpuState, Reading, Snapshot
 from smlens.profiling_policy import ProfilingChoice
@@ -100,7 +100,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._attribution: AttributionRefresher | None = None
         self._pending: collections.deque[_Capture] = collections.deque()
-        self._captured = 0
+        self._captured, self._captured_at = 0, -math.inf  # ticks captured, and the wall time of the latest
         self._publishing = threading.Lock()
         self._batch = (
             max(1, min(PUBLISH_EVERY_TICKS, int(PUBLISH_EVERY_SECONDS / interval))) if interval > 0 else 1
@@ -137,9 +137,11 @@ class Sampler:
 
     def tick(self) -> Snapshot:
         """Capture one tick and publish it (with any captured before it)."""
+        published = self._sequence
         self.capture()
         snapshot = self.publish()
-        assert snapshot is not None  # a tick was just captured
+        if snapshot is None or snapshot.sequence == published:
+            raise SmlensError("the sampling tick could not be published; the log says why.")
         return snapshot
 
     def background_tick(self) -> None:
@@ -171,10 +173,12 @@ class Sampler:
                 if isinstance(result, GpuLostError):
                     gpu.lost_at_capture = True
                     break
-        self._captured += 1
+        self._captured, self._captured_at = self._captured + 1, self._wall()
         attribution = EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current()
         self._pending.append(
-            _Capture(self._wall(), clock() - started, time.thread_time() - cpu_started, gpus, attribution)
+            _Capture(
+                self._captured_at, clock() - started, time.thread_time() - cpu_started, gpus, attribution
+            )
         )
 
     def publish(self) -> Snapshot | None:
@@ -190,10 +194,7 @@ class Sampler:
 
     def progress(self) -> tuple[int, float]:
         """Ticks captured so far, and the seconds since the latest (inf before the first)."""
-        latest = self._pending[-1].taken_at if self._pending else None
-        if latest is None and self.latest is not None:
-            latest = self.latest.taken_at
-        return self._captured, math.inf if latest is None else self._wall() - latest
+        return self._captured, self._wall() - self._captured_at
 
     def _publish_one(self, captured: _Capture) -> None:
         started, cpu_started = self._clock(), time.thread_time()
