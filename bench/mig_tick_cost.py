@@ -5,9 +5,10 @@ No GPU is needed: the NVML calls go to the fake pynvml of the tests (tests/fakes
 call is made to take at least its H200 latency (a busy wait from the call's start, so the fake's own Python
 cost hides inside the latency, as the driver's does). Latencies and ticks are counted in the thread's CPU
 time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is
-smlens' sampler as served: the nvml and gpm backends' calls every tick, and their decoding, the
-per-instance fold and the snapshots of ``--publish-every`` ticks at a time, as a scrape every that many
-intervals publishes them (default 15: the chart's 15 s scrape at its 1 s interval); ``bare`` is a loop
+smlens' sampler: the nvml and gpm backends' calls every tick, and their decoding, the per-instance fold
+and the snapshots of ``--publish-every`` ticks at a time, as a scrape every that many intervals publishes
+them (default 15: the chart's 15 s scrape at its 1 s interval), here on the same thread right after a
+capture where serve publishes on a handler thread; ``bare`` is a loop
 making the same calls with handles, samples and requests prepared in advance, as a hand-written poller
 would. Every side reads the MIG mode on every 10th tick, as smlens does every 10 s at a 1 s interval. The
 two alternate tick by tick; the figure is the ratio of their means, decoding included (target <= 1.25x).
@@ -576,8 +577,8 @@ def run(
 
 
 def run_real(ticks: int, pause: float, batch: int, every: int) -> dict[str, list[float]]:
-    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens as served (a capture every tick,
-    a publish every ``every``-th), smlens' ``Sampler.tick()`` (capture and publish
+    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens (a capture every tick, a publish
+    every ``every``-th), smlens' ``Sampler.tick()`` (capture and publish
     every tick), the bare calls, the minimal sampler and the two prototypes, each after its own pause (all
     pay the wake-up a sampler pays), each first in turn."""
     samplers, clocks = [], []
