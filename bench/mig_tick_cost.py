@@ -5,13 +5,13 @@ No GPU is needed: the NVML calls go to the fake pynvml of the tests (tests/fakes
 call is made to take at least its H200 latency (a busy wait from the call's start, so the fake's own Python
 cost hides inside the latency, as the driver's does). Latencies and ticks are counted in the thread's CPU
 time, so that a shared, busy machine preempting the benchmark does not change the figures. ``smlens`` is
-smlens' sampler: the nvml and gpm backends' calls every tick, and their decoding, the per-instance fold
-and the snapshots of ``--publish-every`` ticks at a time, as a scrape every that many intervals publishes
-them (default 15: the chart's 15 s scrape at its 1 s interval), here on the same thread right after a
-capture where serve publishes on a handler thread; ``bare`` is a loop
-making the same calls with handles, samples and requests prepared in advance, as a hand-written poller
-would. Every side reads the MIG mode on every 10th tick, as smlens does every 10 s at a 1 s interval. The
-two alternate tick by tick; the figure is the ratio of their means, decoding included (target <= 1.25x).
+smlens' sampler: the nvml and gpm backends' calls every tick, and their decoding, the per-instance fold and
+the snapshots of ``--publish-every`` ticks at a time, as a scrape every that many intervals publishes them
+(default 15: the chart's 15 s scrape at its 1 s interval), here on the same thread right after a capture where
+serve publishes on a handler thread; ``bare`` is a loop making the same calls with handles, samples and
+requests prepared in advance, as a hand-written poller would. Every side reads the MIG mode on every 10th
+tick, as smlens does every 10 s at a 1 s interval. The two alternate tick by tick; the figure is the ratio of
+their means, decoding included (target <= 1.25x).
 
     python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
     python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5] [--batch 30]   # a GPU host's GPU 0
