@@ -18,12 +18,13 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, quote_from_bytes
 
 from smlens.asgi import Receive, Scope, Send
 
 _PARAMETER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+T = TypeVar("T")
 HANDLER_THREADS = 4  # plain handlers are quick reads of state (admin, history); a few suffice
 
 
@@ -115,8 +116,7 @@ class Route:
 
     async def respond(self, request: Request) -> Response:
         if self._blocking:
-            call = functools.partial(contextvars.copy_context().run, self.endpoint, request)
-            answer = await asyncio.get_running_loop().run_in_executor(_handler_pool(), call)
+            answer = await off_loop(functools.partial(self.endpoint, request))
         else:
             answer = self.endpoint(request)
         return answer if isinstance(answer, Response) else await answer
@@ -168,6 +168,8 @@ def _handler_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="smlens-handler")
 
 
-async def off_loop(work: Callable[[], object]) -> None:
+async def off_loop(work: Callable[[], T]) -> T:
     """Run ``work`` on the plain handlers' thread pool, the event loop serving other requests meanwhile."""
-    await asyncio.get_running_loop().run_in_executor(_handler_pool(), contextvars.copy_context().run, work)
+    return await asyncio.get_running_loop().run_in_executor(
+        _handler_pool(), contextvars.copy_context().run, work
+    )
