@@ -302,3 +302,27 @@ def test_a_tick_that_cannot_be_published_fails_tick_and_spares_the_next(
     monkeypatch.setattr(sampler_module, "fold", real_fold)
     assert sampler.tick().sequence == 1  # the failed tick was dropped, not retried forever
     assert seen == [1]
+
+
+def test_the_served_snapshot_is_the_latest_capture_so_the_stalled_alert_stays_quiet() -> None:
+    """SmlensSamplingStalled reads smlens_snapshot_age_seconds: with ticks waiting to be published, the
+    scrape must still report the age of the latest capture, not of the last batch."""
+    sampler, client, _ = served()
+    sampler.capture()
+    sampler.capture()
+    assert client.get("/metrics").status_code == 200
+    time.sleep(0.3)
+    sampler.capture()
+    body = client.get("/metrics").text
+    (stamp,) = (
+        float(line.split()[-1])
+        for line in body.splitlines()
+        if line.startswith("smlens_snapshot_timestamp_seconds ")
+    )
+    (age,) = (
+        float(line.split()[-1])
+        for line in body.splitlines()
+        if line.startswith("smlens_snapshot_age_seconds ")
+    )
+    assert sampler.latest is not None and stamp == sampler.latest.taken_at
+    assert age < 0.25, f"the served snapshot is {age:.2f} s old: an earlier batch's"
