@@ -14,7 +14,7 @@ tick, as smlens does every 10 s at a 1 s interval. The two alternate tick by tic
 their means, decoding included (target <= 1.25x).
 
     python3 bench/mig_tick_cost.py [--ticks 300] [--instances 7] [--latencies h200|reference]
-    python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5] [--batch 30]   # a GPU host's GPU 0
+    python3 bench/mig_tick_cost.py --real [--ticks 120] [--pause 0.5] [--batch 30] [--sides smlens,bare]
     (both take --publish-every N, default 15)
 
 ``--real`` times the same two sides on the host's GPU through real NVML, in wall-clock time, each tick after
@@ -45,12 +45,13 @@ ratio; XID events are off for the same reason.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -179,7 +180,8 @@ class Bare:
     """The calls smlens' two backends need every tick, made directly, with everything prepared once.
 
     ``real``: on a GPU host, where NVML gives utilization samples (read every 5 s by smlens, and left out of
-    both sides here) instead of per-tick rates, and smlens drains its XID event set once per tick."""
+    both sides here) instead of per-tick rates, and smlens drains its XID event set once per tick: a set
+    with the GPU registered for XID events, empty on a healthy node."""
 
     def __init__(self, nv: Any, instances: int, real: bool = False) -> None:
         self.nv, self.real = nv, real
@@ -192,7 +194,10 @@ class Bare:
         self.parts = [self._pair(INSTANCE_METRICS) for _ in self.mig_handles]
         self.newest = 0
         self.ticks = 0
-        self.events = nv.nvmlEventSetCreate() if real else None  # empty, as on a healthy node
+        self.events = nv.nvmlEventSetCreate() if real else None
+        if self.events is not None:  # the GPU registered for XIDs, as smlens' nvml backend registers it
+            with contextlib.suppress(nv.NVMLError):  # the prototypes' comparison on the fake: no XIDs
+                nv.nvmlDeviceRegisterEvents(self.handle, nv.nvmlEventTypeXidCriticalError, self.events)
         nv.nvmlGpmSampleGet(self.handle, self.whole[0][0])  # the chains start, as smlens' first tick does
         for gi, (samples, _) in zip(self.gpu_instances, self.parts, strict=True):
             nv.nvmlGpmMigSampleGet(self.handle, gi, samples[0])
@@ -576,9 +581,14 @@ def run(
     return statistics.fmean(smlens_us), statistics.fmean(bare_us)
 
 
-def run_real(ticks: int, pause: float, batch: int, every: int) -> dict[str, list[float]]:
-    """Wall-clock µs per tick on this host's GPU 0, whole, by side: smlens (a capture every tick, a publish
-    every ``every``-th), smlens' ``Sampler.tick()`` (capture and publish
+REAL_SIDES = ("smlens", "tick", "bare", "minimal", "compact", "deferred")
+
+
+def run_real(
+    ticks: int, pause: float, batch: int, every: int, sides: Sequence[str] = REAL_SIDES
+) -> dict[str, list[float]]:
+    """Wall-clock µs per tick on this host's GPU 0, whole, by side (``sides``, of REAL_SIDES): smlens (a
+    capture every tick, a publish every ``every``-th), smlens' ``Sampler.tick()`` (capture and publish
     every tick), the bare calls, the minimal sampler and the two prototypes, each after its own pause (all
     pay the wake-up a sampler pays), each first in turn."""
     samplers, clocks = [], []
@@ -591,14 +601,15 @@ def run_real(ticks: int, pause: float, batch: int, every: int) -> dict[str, list
         samplers.append(sampler)
         clocks.append(clock)
     threaded, eager = samplers
-    ticking = {
-        "smlens": scraped(threaded, every),
-        "smlens tick()": eager.tick,
-        "bare calls": Bare(pynvml, 0, real=True).tick,
-        "minimal sampler": Minimal(pynvml).tick,
-        "compact prototype": Compact(pynvml, threaded.gpus[0]).tick,
-        f"deferred x{batch}": Deferred(pynvml, threaded.gpus[0], batch).tick,
+    making: dict[str, tuple[str, Callable[[], Callable[[], Any]]]] = {
+        "smlens": ("smlens", lambda: scraped(threaded, every)),
+        "tick": ("smlens tick()", lambda: eager.tick),
+        "bare": ("bare calls", lambda: Bare(pynvml, 0, real=True).tick),
+        "minimal": ("minimal sampler", lambda: Minimal(pynvml).tick),
+        "compact": ("compact prototype", lambda: Compact(pynvml, threaded.gpus[0]).tick),
+        "deferred": (f"deferred x{batch}", lambda: Deferred(pynvml, threaded.gpus[0], batch).tick),
     }
+    ticking = {making[key][0]: making[key][1]() for key in REAL_SIDES if key in sides}
     clock_of = {"smlens": clocks[0], "smlens tick()": clocks[1]}
     spent: dict[str, list[float]] = {side: [] for side in ticking}
     order = list(ticking)
@@ -620,8 +631,8 @@ def run_real(ticks: int, pause: float, batch: int, every: int) -> dict[str, list
     return spent
 
 
-def report_real(ticks: int, pause: float, batch: int, every: int) -> None:
-    spent = run_real(ticks, pause, batch, every)
+def report_real(ticks: int, pause: float, batch: int, every: int, sides: Sequence[str]) -> None:
+    spent = run_real(ticks, pause, batch, every, sides)
     print(f"this host's GPU 0, whole, real NVML and GPM, {ticks} ticks of each, {pause} s apart, wall clock")
     for what, pick in (("median", statistics.median), ("mean", statistics.fmean)):
         bare = pick(spent["bare calls"])
@@ -646,9 +657,17 @@ def main() -> None:
         default=15,
         help="smlens publishes every this many ticks (default: the chart's 15 s scrape at 1 s)",
     )
+    parser.add_argument(
+        "--sides",
+        default=",".join(REAL_SIDES),
+        help=f"--real: the sides to time, comma-separated, of {','.join(REAL_SIDES)} (bare always)",
+    )
     args = parser.parse_args()
     if args.real:
-        report_real(args.ticks, args.pause, args.batch, args.publish_every)
+        sides = {side.strip() for side in args.sides.split(",")} | {"bare"}
+        if sides - set(REAL_SIDES):
+            parser.error(f"--sides: unknown {','.join(sorted(sides - set(REAL_SIDES)))}")
+        report_real(args.ticks, args.pause, args.batch, args.publish_every, tuple(sides))
         return
     table, nvml, gpm = latencies(args.latencies)
     print(

@@ -156,14 +156,21 @@ def bench_gpu(
 ) -> dict[str, Any]:
     nv = nvml_module()
     handle = session.handle(gpu)
-    event_set = nv.nvmlEventSetCreate()  # empty, like the backend's on a healthy node
+    # Like the backend's on a healthy node: the GPU registered for XID events, none queued.
+    event_set, unwatched = nv.nvmlEventSetCreate(), nv.nvmlEventSetCreate()
     try:
-        raw = [
-            row(name, spent)
-            for name, spent in timed_ticks(tick_calls(nv, handle, event_set), repeat, pause).items()
-        ]
+        nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, event_set)
+        calls = tick_calls(nv, handle, event_set)
+        # Timed in the same ticks, left out of the sum: a set with no GPU registered, which the backend
+        # never drains, for comparison with benches that drained one.
+        not_made = "nvmlEventSetWait_v2(set, 0), no GPU registered (not made)"
+        calls[not_made] = lambda: nv.nvmlEventSetWait_v2(unwatched, 0)
+        spent = timed_ticks(calls, repeat, pause)
+        empty = row(not_made, spent.pop(not_made))
+        raw = [row(name, times) for name, times in spent.items()]
     finally:
         nv.nvmlEventSetFree(event_set)
+        nv.nvmlEventSetFree(unwatched)
     slow = [
         row(name, timed(fn, max(5, repeat // 10), pause), every) for name, fn, every in slow_calls(nv, handle)
     ]
@@ -179,12 +186,13 @@ def bench_gpu(
         "name": gpu.name,
         "nvml_calls": raw,
         "nvml_calls_sum_us": raw_sum,
+        "event_wait_no_gpu_registered": empty,
         "nvml_read": read,
         "nvml_read_over_calls": read["mean_us"] / raw_sum,
         "nvml_slow_calls": slow,
         "nvml_slow_us_per_second": sum(r["us_per_second"] for r in slow),
     }
-    print_table(f"GPU {gpu.index} {gpu.name} ({gpu.uuid}): nvml backend", [*raw, read, *slow])
+    print_table(f"GPU {gpu.index} {gpu.name} ({gpu.uuid}): nvml backend", [*raw, read, *slow, empty])
     print(f"{'sum of the per-tick nvml calls':<58} {raw_sum:>9.1f}")
     print(f"{'NvmlBackend.read() / sum(per-tick calls)':<58} {result['nvml_read_over_calls']:>9.2f}")
     slow_per_second = result["nvml_slow_us_per_second"]
