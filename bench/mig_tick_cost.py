@@ -48,6 +48,7 @@ import argparse
 import contextlib
 import functools
 import math
+import operator
 import statistics
 import sys
 import time
@@ -489,6 +490,12 @@ class Deferred(Compact):
             self.pending.clear()
 
 
+def virtual_clock(now: list[float]) -> Callable[[], float]:
+    """A clock reading ``now[0]``, called in C as smlens' own clock (time.monotonic) is: a lambda would add
+    a Python call to each of the sampler's clock reads, which smlens does not make."""
+    return functools.partial(operator.getitem, now, 0)
+
+
 def scraped(sampler: Sampler, every: int) -> Callable[[], None]:
     """A capture every tick and a publish every ``every``-th, as when a scrape every ``every`` intervals
     publishes what the sampler captured (the probes publish nothing)."""
@@ -549,7 +556,7 @@ def run(
     node = fake_node(instances, table, gpm_factor)
     now = [0.0]
     nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=5.0)
-    sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=lambda: now[0])
+    sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=virtual_clock(now))
     sampler.open()
     bare = Bare(node.module, instances)
     node.advance(1.0)
@@ -596,7 +603,7 @@ def run_real(
         nvml, gpm = open_nvml_backends(energy_interval=1e9, utilization_interval=1e9)
         # A clock that moves 1 s a tick: smlens checks the MIG mode every 10 s of it, as at a 1 s interval
         clock = [0.0]
-        sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=lambda c=clock: c[0])
+        sampler = Sampler(nvml, [gpm], hostname="bench", interval=1.0, clock=virtual_clock(clock))
         sampler.open(nvml.discover()[:1])  # GPU 0, as the bare side
         samplers.append(sampler)
         clocks.append(clock)

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from smlens.instance_fold import InstanceTotals, fold_instances
 from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
-from smlens.names import ACTIVITIES, xid_label
+from smlens.names import xid_label
 from smlens.profiling_policy import ProfilingChoice
 
 
@@ -65,10 +65,11 @@ def fold(
                 if ratio is not None:
                     ratios[key] = (reading.source, ratio)
     # A key read without new coverage keeps its last value, if its source read this GPU this tick.
-    for key, (source, ratio) in totals.ratios.items():
-        kept = by_source.get(source)
-        if key not in ratios and kept is not None and key not in kept.missing:
-            ratios[key] = (source, ratio)
+    if not ratios.keys() >= totals.ratios.keys():  # most ticks cover every key again
+        for key, (source, ratio) in totals.ratios.items():
+            kept = by_source.get(source)
+            if key not in ratios and kept is not None and key not in kept.missing:
+                ratios[key] = (source, ratio)
     for key, (_, ratio) in ratios.items():
         gauges[key] = ratio
     device_totals.update(increments)
@@ -77,11 +78,12 @@ def fold(
     # Shared by totals and state, so read-only; a previous fold's mapping is reused as it is.
     xid_totals = xids if type(xids) is MappingProxyType else MappingProxyType(dict(xids))
     chosen = by_source.get(choice.source or "")
+    activity_totals = MappingProxyType(activity)  # shared by totals and state, as xid_totals
     state = GpuState(
         identity=identity,
         up=up,
         gauges=MappingProxyType(gauges),
-        activity_totals=MappingProxyType({k: activity[k] for k in ACTIVITIES if k in activity}),
+        activity_totals=activity_totals,
         totals=MappingProxyType(device_totals),
         clock_events=MappingProxyType(clock_events),
         xid_totals=xid_totals,
@@ -94,7 +96,7 @@ def fold(
         instances=instances,
     )
     frozen = GpuTotals(
-        MappingProxyType(activity),
+        activity_totals,
         MappingProxyType(ratios),
         MappingProxyType(increments),
         xid_totals,

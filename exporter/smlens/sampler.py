@@ -44,7 +44,6 @@ PUBLISH_EVERY_TICKS, PUBLISH_EVERY_SECONDS = 30, 30.0
 class _Source:
     backend: Backend
     health: BackendHealth
-    served: frozenset[str] = frozenset()
 
 
 _Entry = tuple[_Source, float, Captured | Exception]  # a backend, its capture's seconds, what it gave
@@ -65,6 +64,7 @@ class _Gpu:
     identity: GpuIdentity
     choice: ProfilingChoice
     totals: GpuTotals
+    sources: tuple[_Source, ...]  # those that serve it, in the sampler's order
     lost: bool = False  # known when its loss is published
     lost_at_capture: bool = False  # a capture already raised GpuLostError: no more calls to it
 
@@ -130,9 +130,15 @@ class Sampler:
         """Attach every backend to ``gpus`` (discovered by the device source when not given)."""
         gpus = list(self._device.discover() if gpus is None else gpus)
         served, choices = profiling_policy.attach(self.backends, gpus)
-        for source, uuids in zip(self._sources, served, strict=True):
-            source.served = uuids
-        self._gpus = [_Gpu(g, choices[g.uuid], GpuTotals()) for g in gpus]
+        self._gpus = [
+            _Gpu(
+                g,
+                choices[g.uuid],
+                GpuTotals(),
+                tuple(source for source, uuids in zip(self._sources, served, strict=True) if g.uuid in uuids),
+            )
+            for g in gpus
+        ]
         return gpus
 
     def tick(self) -> Snapshot:
@@ -161,9 +167,7 @@ class Sampler:
             if gpu.lost or gpu.lost_at_capture:
                 continue
             now, ident = clock(), gpu.identity
-            for source in self._sources:
-                if ident.uuid not in source.served:
-                    continue
+            for source in gpu.sources:
                 began = clock()
                 try:
                     result: Captured | Exception = source.backend.capture(ident, now)

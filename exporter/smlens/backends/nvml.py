@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from smlens.backends.base import Captured, DeviceSource, finish
@@ -141,13 +142,15 @@ class _Device:
     reads: tuple[TickRead, ...]  # TICK_READS for this handle
     # Every tick's calls, as (pynvml function, arguments): memory info, ``reads``, the memory temperature
     # field and, where the GPU reports them, the clock-event reasons.
-    calls: tuple[tuple[str, tuple[Any, ...]], ...]
+    calls: tuple[tuple[Callable[..., Any], tuple[Any, ...]], ...]
     samples_supported: bool = True
     rates_supported: bool = True  # False once NVML said not_supported (as on a GPU in MIG mode)
     last_sample_us: int | None = None  # newest utilization sample seen
     next_samples_at: float = -math.inf
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
     counters: dict[str, float | Absent] = field(default_factory=dict)  # energy, PCIe replays: last read
+    # The last clock-event reasons decoded, with the bits they came from: they rarely change between ticks.
+    clock_events_seen: tuple[int, Mapping[str, bool]] | None = None
     next_counters_at: float = -math.inf
 
 
@@ -300,13 +303,13 @@ class NvmlBackend(DeviceSource):
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
             reads=(reads := bind_tick_reads(nv, handle)),
             calls=(
-                ("nvmlDeviceGetMemoryInfo", (handle,)),
-                *((fn, args) for _, fn, args, _, _ in reads),
-                ("nvmlDeviceGetFieldValues", (handle, [nv.NVML_FI_DEV_MEMORY_TEMP])),
+                (nv.nvmlDeviceGetMemoryInfo, (handle,)),
+                *((getattr(nv, fn), args) for _, fn, args, _, _ in reads),
+                (nv.nvmlDeviceGetFieldValues, (handle, [nv.NVML_FI_DEV_MEMORY_TEMP])),
                 *(
                     ()
                     if isinstance(supported, Absent)
-                    else (("nvmlDeviceGetCurrentClocksEventReasons", (handle,)),)
+                    else ((nv.nvmlDeviceGetCurrentClocksEventReasons, (handle,)),)
                 ),
             ),
         )
@@ -324,9 +327,9 @@ class NvmlBackend(DeviceSource):
         nv = nvml_module()
         error = nv.NVMLError
         results: list[Any] = []
-        for name, args in device.calls:  # no wrapper per call; a lost GPU raises here, at its first call
+        for fn, args in device.calls:  # no wrapper per call; a lost GPU raises here, at its first call
             try:
-                results.append(getattr(nv, name)(*args))
+                results.append(fn(*args))
             except error as exc:
                 results.append(failure(exc.value, device.label))
         handle = device.handle
@@ -507,12 +510,17 @@ class NvmlBackend(DeviceSource):
         return value_of(field.value, field.valueType)
 
     @staticmethod
-    def _clock_events(device: _Device, current: Any) -> dict[str, bool] | Absent:
+    def _clock_events(device: _Device, current: Any) -> Mapping[str, bool] | Absent:
         if isinstance(device.clock_event_bits, Absent):
             return device.clock_event_bits
         if isinstance(current, Absent):
             return current
-        return {reason: bool(current & bit) for reason, bit in device.clock_event_bits}
+        seen = device.clock_events_seen
+        if seen is not None and seen[0] == current:
+            return seen[1]
+        decoded = MappingProxyType({reason: bool(current & bit) for reason, bit in device.clock_event_bits})
+        device.clock_events_seen = (current, decoded)
+        return decoded
 
     def close(self) -> None:
         self._xids.close()
