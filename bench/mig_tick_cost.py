@@ -45,7 +45,6 @@ ratio; XID events are off for the same reason.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import math
 import operator
@@ -195,10 +194,15 @@ class Bare:
         self.parts = [self._pair(INSTANCE_METRICS) for _ in self.mig_handles]
         self.newest = 0
         self.ticks = 0
+        # The GPU registered for XIDs, as smlens' nvml backend registers it; where it cannot be (the fake's
+        # GPU here has no XID events), smlens drains nothing, and neither do these sides.
         self.events = nv.nvmlEventSetCreate() if real else None
-        if self.events is not None:  # the GPU registered for XIDs, as smlens' nvml backend registers it
-            with contextlib.suppress(nv.NVMLError):  # the prototypes' comparison on the fake: no XIDs
+        try:
+            if self.events is not None:
                 nv.nvmlDeviceRegisterEvents(self.handle, nv.nvmlEventTypeXidCriticalError, self.events)
+        except nv.NVMLError:
+            nv.nvmlEventSetFree(self.events)
+            self.events = None
         nv.nvmlGpmSampleGet(self.handle, self.whole[0][0])  # the chains start, as smlens' first tick does
         for gi, (samples, _) in zip(self.gpu_instances, self.parts, strict=True):
             nv.nvmlGpmMigSampleGet(self.handle, gi, samples[0])
@@ -230,7 +234,7 @@ class Bare:
                 nv.nvmlEventSetWait_v2(self.events, 0)
             except nv.NVMLError_Timeout:
                 pass
-        elif not self.mig:  # in MIG mode NVML has no utilization; smlens stops asking after the first no
+        elif not self.real and not self.mig:  # in MIG mode NVML has no utilization; smlens stops asking
             nv.nvmlDeviceGetUtilizationRates(handle)
         slot, self.newest = 1 - self.newest, 1 - self.newest
         self._step(self.whole, slot, lambda s: nv.nvmlGpmSampleGet(handle, s))
@@ -283,10 +287,11 @@ class Minimal(Bare):
             )
         )
         values["clock_events"] = float(nv.nvmlDeviceGetCurrentClocksEventReasons(handle))
-        try:  # noqa: SIM105 - as in Bare
-            nv.nvmlEventSetWait_v2(self.events, 0)
-        except nv.NVMLError_Timeout:
-            pass
+        if self.events is not None:
+            try:  # noqa: SIM105 - as in Bare
+                nv.nvmlEventSetWait_v2(self.events, 0)
+            except nv.NVMLError_Timeout:
+                pass
         slot, self.newest = 1 - self.newest, 1 - self.newest
         self._step(self.whole, slot, lambda s: nv.nvmlGpmSampleGet(handle, s))
         now = time.monotonic()
@@ -371,7 +376,7 @@ class Compact(Bare):
         except error as exc:
             results.append(failure(exc.value, "GPU 0"))
         events = []
-        for _ in range(256):
+        for _ in range(256 if self.events is not None else 0):
             try:
                 events.append(int(nv.nvmlEventSetWait_v2(self.events, 0).eventData))
             except error:
@@ -671,10 +676,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.real:
-        sides = {side.strip() for side in args.sides.split(",")} | {"bare"}
-        if sides - set(REAL_SIDES):
-            parser.error(f"--sides: unknown {','.join(sorted(sides - set(REAL_SIDES)))}")
-        report_real(args.ticks, args.pause, args.batch, args.publish_every, tuple(sides))
+        chosen = {side.strip() for side in args.sides.split(",")} | {"bare"}
+        if chosen - set(REAL_SIDES):
+            unknown = ", ".join(repr(side) for side in sorted(chosen - set(REAL_SIDES)))
+            parser.error(f"--sides: unknown side {unknown}; the sides are {','.join(REAL_SIDES)}.")
+        report_real(args.ticks, args.pause, args.batch, args.publish_every, tuple(chosen))
         return
     table, nvml, gpm = latencies(args.latencies)
     print(
