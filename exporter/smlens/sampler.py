@@ -5,9 +5,9 @@ A tick has two halves. ``capture`` makes the tick's calls and keeps what they re
 every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
 sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would span more than
 ``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they answer, so that
-nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200
-the per-tick cost fell from 1.52x-1.62x the bare calls' (means) to 1.26x-1.31x with batches of 15 (the
-chart's defaults) and 1.20x with batches of 30 (docs/performance.md, "Batches of 15 on the H200").
+nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200,
+decoding every tick cost 1.5x-1.6x the bare calls' (means), batches of 15 (the chart's defaults) cost
+1.26x-1.31x (docs/performance.md, "Batches of 15 on the H200").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
