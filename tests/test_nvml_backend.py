@@ -305,14 +305,19 @@ def test_clock_events_decoded_for_supported_reasons_only(monkeypatch: pytest.Mon
         monkeypatch, FakeGpu("GPU-a", supported_clock_event_reasons=supported, clock_event_reasons=current)
     )
     backend, (gpu,) = started(node)
-    assert backend.read(gpu, now=1.0).clock_events == {
+    first = {
         "gpu_idle": False,
         "sw_power_cap": True,
         "hw_thermal_slowdown": True,
         "hw_power_brake_slowdown": False,
     }
+    assert backend.read(gpu, now=1.0).clock_events == first
     node.gpu("GPU-a").clock_event_reasons = pynvml.nvmlClocksEventReasonGpuIdle
-    assert backend.read(gpu, now=2.0).clock_events["gpu_idle"] is True
+    changed = backend.read(gpu, now=2.0).clock_events  # decoded again: the bits changed
+    assert changed["gpu_idle"] is True and changed["sw_power_cap"] is False
+    assert backend.read(gpu, now=3.0).clock_events == changed  # the same bits again
+    node.gpu("GPU-a").clock_event_reasons = current
+    assert backend.read(gpu, now=4.0).clock_events == first
     assert node.gpu("GPU-a").calls["nvmlDeviceGetSupportedClocksEventReasons"] == 1  # cached at attach
 
 
