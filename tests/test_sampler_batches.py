@@ -326,3 +326,44 @@ def test_the_served_snapshot_is_the_latest_capture_so_the_stalled_alert_stays_qu
     )
     assert sampler.latest is not None and stamp == sampler.latest.taken_at
     assert age < 0.25, f"the served snapshot is {age:.2f} s old: an earlier batch's"
+
+
+def test_a_scrape_that_publishes_makes_no_nvml_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data answers decode captured ticks; every NVML and GPM call stays on the sampler's side."""
+    fake = node(monkeypatch)
+    made: list[str] = []
+    for name in dir(fake.module):
+        function = getattr(fake.module, name)
+        if name.startswith("nvml") and callable(function) and not isinstance(function, type):
+
+            def counted(
+                *args: object, _function: Callable[..., object] = function, _name: str = name
+            ) -> object:
+                made.append(_name)
+                return _function(*args)
+
+            monkeypatch.setattr(fake.module, name, counted)
+    now = [100.0]
+    nvml, gpm = open_nvml_backends()
+    sampler = Sampler(nvml, [gpm], hostname="n", interval=1.0, clock=lambda: now[0], wall=time.time)
+    sampler.open()
+    limits = thresholds.load()
+    publisher, history = Publisher(), History(limits)
+    sampler.subscribe(publisher.publish)
+    sampler.subscribe(history.record)
+    client = TestClient(create_app(publisher, limits, lambda: True, history, sampler))
+    try:
+        for _ in range(3):
+            fake.advance(1.0)
+            now[0] += 1.0
+            sampler.capture()
+        calls_made = len(made)
+        assert calls_made > 0
+        body = client.get("/metrics").text
+        assert 'smlens_backend_samples_total{backend="gpm"} 3.0' in body, body
+        assert "gpu_sm_active_ratio{" in body
+        assert client.get("/api/v1/gpus").status_code == 200
+        assert client.get("/api/v1/history").status_code == 200
+        assert made[calls_made:] == []
+    finally:
+        sampler.close()
