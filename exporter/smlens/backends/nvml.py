@@ -149,9 +149,9 @@ class _Device:
     next_samples_at: float = -math.inf
     last_read: float | None = None  # `now` of the last utilization-rate read (fallback only)
     counters: dict[str, float | Absent] = field(default_factory=dict)  # energy, PCIe replays: last read
+    next_counters_at: float = -math.inf
     # The last clock-event reasons decoded, with the bits they came from: they rarely change between ticks.
     clock_events_seen: tuple[int, Mapping[str, bool]] | None = None
-    next_counters_at: float = -math.inf
 
 
 def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
