@@ -7,24 +7,23 @@ No I/O, no clock, no mutation: the same inputs always give the same outputs, so 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from smlens.instance_fold import InstanceTotals, fold_instances
-from smlens.model import ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
+from smlens.model import EMPTY, ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
 from smlens.names import xid_label
 from smlens.profiling_policy import ProfilingChoice
 
 
-@dataclass(frozen=True)
-class GpuTotals:
-    """What one GPU accumulates across ticks; fold() returns it with read-only mappings."""
+class GpuTotals(NamedTuple):
+    """What one GPU accumulates across ticks, in read-only mappings."""
 
-    activity: Mapping[str, Activity] = field(default_factory=dict)
-    ratios: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # key -> (source, last ratio)
-    increments: Mapping[str, float] = field(default_factory=dict)
-    xids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # by xid_label
-    instances: InstanceTotals = field(default_factory=dict)  # per MIG GPU instance
+    activity: Mapping[str, Activity] = EMPTY
+    ratios: Mapping[str, tuple[str, float]] = EMPTY  # key -> (source, last ratio)
+    increments: Mapping[str, float] = EMPTY
+    xids: Mapping[str, int] = EMPTY  # by xid_label
+    instances: InstanceTotals = EMPTY  # per MIG GPU instance
 
 
 def fold(
@@ -60,7 +59,7 @@ def fold(
             increments[key] = increments.get(key, 0.0) + amount
         if choice.admits(reading):
             for key, part in reading.activity.items():
-                activity[key] = activity.get(key, ZERO_ACTIVITY) + part
+                activity[key] = activity.get(key, ZERO_ACTIVITY).plus(part)
                 ratio = part.ratio
                 if ratio is not None:
                     ratios[key] = (reading.source, ratio)

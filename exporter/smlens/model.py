@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Activity:
+class Activity(NamedTuple):
     """``active_seconds`` of ``covered_seconds`` wall time; the mean ratio is their quotient."""
 
     active_seconds: float
@@ -25,7 +25,8 @@ class Activity:
             return None
         return self.active_seconds / self.covered_seconds
 
-    def __add__(self, other: Activity) -> Activity:
+    def plus(self, other: Activity) -> Activity:
+        """Both spans together (``+`` would join the tuples)."""
         return Activity(
             self.active_seconds + other.active_seconds, self.covered_seconds + other.covered_seconds
         )
@@ -37,6 +38,7 @@ class Activity:
 
 
 ZERO_ACTIVITY = Activity(0.0, 0.0)
+EMPTY: Mapping[Any, Any] = MappingProxyType({})  # the default of every mapping field below
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +83,16 @@ class MigInstance:
         return ",".join(self.mig_uuids)
 
 
-@dataclass(frozen=True)
-class InstanceReading:
+class InstanceReading(NamedTuple):
     """What one backend read from one GPU instance during one tick (see :class:`Reading`)."""
 
     instance: MigInstance
-    gauges: Mapping[str, float] = field(default_factory=dict)
-    activity: Mapping[str, Activity] = field(default_factory=dict)
-    missing: Mapping[str, str] = field(default_factory=dict)
+    gauges: Mapping[str, float] = EMPTY
+    activity: Mapping[str, Activity] = EMPTY
+    missing: Mapping[str, str] = EMPTY
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """What one backend read from one GPU during one tick.
 
     ``activity`` holds time-weighted ratios for the interval the backend observed;
@@ -101,13 +101,13 @@ class Reading:
     """
 
     source: str
-    gauges: Mapping[str, float] = field(default_factory=dict)
-    activity: Mapping[str, Activity] = field(default_factory=dict)
-    totals: Mapping[str, float] = field(default_factory=dict)
-    increments: Mapping[str, float] = field(default_factory=dict)
-    clock_events: Mapping[str, bool] = field(default_factory=dict)
-    xid_events: Mapping[int, int] = field(default_factory=dict)
-    missing: Mapping[str, str] = field(default_factory=dict)
+    gauges: Mapping[str, float] = EMPTY
+    activity: Mapping[str, Activity] = EMPTY
+    totals: Mapping[str, float] = EMPTY
+    increments: Mapping[str, float] = EMPTY
+    clock_events: Mapping[str, bool] = EMPTY
+    xid_events: Mapping[int, int] = EMPTY
+    missing: Mapping[str, str] = EMPTY
     profiling: bool = False
     # How the profiling source counts: "one_pass", or "multiplexed" when the hardware counters are
     # shared out over several passes (DCGM, other clients' fields included); empty when not known.
@@ -118,8 +118,7 @@ class Reading:
     mig_layout_read: bool = False
 
 
-@dataclass(frozen=True)
-class InstanceState:
+class InstanceState(NamedTuple):
     """One MIG GPU instance at the end of a tick: latest gauges and ratios, cumulative activity."""
 
     instance: MigInstance
@@ -128,8 +127,7 @@ class InstanceState:
     missing: Mapping[str, str]
 
 
-@dataclass(frozen=True)
-class GpuState:
+class GpuState(NamedTuple):
     """Everything known about one GPU at the end of a tick, cumulative where it says so."""
 
     identity: GpuIdentity
@@ -152,8 +150,7 @@ class GpuState:
         return self.gauges.get(key)
 
 
-@dataclass(frozen=True)
-class BackendStats:
+class BackendStats(NamedTuple):
     """Health and cost of one backend, cumulative since start."""
 
     name: str
@@ -161,7 +158,7 @@ class BackendStats:
     last_duration_seconds: float
     duration_seconds_total: float
     samples_total: int
-    errors_total: Mapping[str, int] = field(default_factory=dict)
+    errors_total: Mapping[str, int] = EMPTY
 
 
 # ---- workload attribution: who holds each GPU and what each workload uses on it ----
@@ -272,8 +269,7 @@ class Attribution:
 EMPTY_ATTRIBUTION = Attribution()
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """One complete, immutable picture of the node, published once per tick."""
 
     hostname: str

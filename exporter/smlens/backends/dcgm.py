@@ -27,7 +27,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -707,17 +707,17 @@ class DcgmBackend(Backend):
         instances = () if layout is None else tuple(entry.instance for entry in layout)
         if not instances:
             self._drop_instance_watch(session, gpu.uuid)
-            return replace(reading, mig_layout_read=True)
+            return reading._replace(mig_layout_read=True)
         entities = self._hierarchy(session, now)
         if isinstance(entities, str):
             parts = tuple(InstanceReading(i, missing={n.SM_ACTIVE: entities}) for i in instances)
-            return replace(reading, instances=parts, mig_layout_read=True)
+            return reading._replace(instances=parts, mig_layout_read=True)
         matched = match_instances(instances, entities.get(watch.gpu_id, {}))
         if any(why == "mig_layout_changing" for why in matched.values()):
             self._mig.rescan_mig(gpu)
         instance_watch = self._instance_watch(session, gpu, watch, matched, now)
         parts = tuple(self._read_instance(session, instance_watch, i, matched[i], now) for i in instances)
-        return replace(reading, instances=parts, mig_layout_read=True)
+        return reading._replace(instances=parts, mig_layout_read=True)
 
     def _hierarchy(self, session: _Session, now: float) -> dict[int, dict[int, GiEntity]] | str:
         """DCGM's GPU instances, read at most once per tick (entity ids can change at any time). The

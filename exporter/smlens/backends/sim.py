@@ -439,8 +439,7 @@ def _without(reading: Reading, unreadable: frozenset[str]) -> Reading:
     keys = set(unreadable) - {UNREADABLE_ALL_PROFILING}
     if UNREADABLE_ALL_PROFILING in unreadable:
         keys |= set(n.PROFILING_ACTIVITIES)
-    return dataclasses.replace(
-        reading,
+    return reading._replace(
         gauges={k: v for k, v in reading.gauges.items() if k not in keys},
         activity={k: v for k, v in reading.activity.items() if k not in keys},
         totals={k: v for k, v in reading.totals.items() if k not in keys},
