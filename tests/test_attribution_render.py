@@ -36,7 +36,7 @@ def snapshot_with(attribution: Attribution) -> Snapshot:
     sampler.tick()
     now[0] = 1.0
     snapshot = sampler.tick()  # the second tick has ratios
-    return Snapshot(**{**snapshot.__dict__, "attribution": attribution})
+    return snapshot._replace(attribution=attribution)
 
 
 def render(snapshot: Snapshot) -> dict[str, list[dict[str, str]]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from smlens import names as n
@@ -30,13 +28,14 @@ def gpm(sm: float, seconds: float) -> Reading:
 
 
 def test_fold_is_pure() -> None:
-    totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={"13": 1})
-    readings = [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)]
-    missing = {n.SM_OCCUPANCY: "not_supported"}
-    before = copy.deepcopy((totals, readings, missing))
+    def inputs() -> tuple[GpuTotals, list[Reading], dict[str, str]]:
+        totals = GpuTotals(activity={n.UTILIZATION: Activity(1.0, 2.0)}, xids={"13": 1})
+        return totals, [nvml(0.5, 1.0, xid_events={13: 2}), gpm(0.25, 1.0)], {n.SM_OCCUPANCY: "not_supported"}
+
+    totals, readings, missing = inputs()
     first = fold(GPU, totals, readings, missing, True, GPM)
     assert fold(GPU, totals, readings, missing, True, GPM) == first
-    assert (totals, readings, missing) == before
+    assert (totals, readings, missing) == inputs()
 
 
 def test_what_fold_returns_cannot_be_changed_in_place() -> None:

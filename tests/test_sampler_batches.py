@@ -4,7 +4,6 @@ every tick gives, failures and a GPU lost mid-batch included, and a reader must 
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import math
 import threading
@@ -84,12 +83,11 @@ def run(monkeypatch: pytest.MonkeyPatch, step: Callable[[Sampler], None]) -> lis
 
 def comparable(snapshot: Snapshot) -> Snapshot:
     """The snapshot without what depends on how long the host took."""
-    return dataclasses.replace(
-        snapshot,
+    return snapshot._replace(
         tick_duration_seconds=0.0,
         sampler_cpu_seconds_total=0.0,
         backends=tuple(
-            dataclasses.replace(b, last_duration_seconds=0.0, duration_seconds_total=0.0)
+            b._replace(last_duration_seconds=0.0, duration_seconds_total=0.0)
             for b in snapshot.backends
         ),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import re
 import tracemalloc
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,7 +203,7 @@ def test_a_pod_named_by_a_file_name_that_is_not_utf8_costs_only_its_bad_bytes() 
     held = Attribution(
         allocations=(Allocation(Workload("ml", "train\udcff", "main"), "nvidia.com/gpu", uuid, uuid),)
     )
-    history.record(replace(latest, sequence=latest.sequence + 1, taken_at=clock.now, attribution=held))
+    history.record(latest._replace(sequence=latest.sequence + 1, taken_at=clock.now, attribution=held))
     answer = client.get("/api/v1/history")
     assert answer.status_code == 200
     assert answer.json()["gpus"][0]["owners"] == [{"namespace": "ml", "pod": "train?", "container": "main"}]

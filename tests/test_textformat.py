@@ -219,7 +219,7 @@ def snapshot(tmp_path: Path) -> Snapshot:
         sources=(SourceState(PODRESOURCES, True, refresh_seconds=0.01), SourceState(PROCESSES, False)),
         refreshed_at=1_800_000_003.5,
     )
-    return replace(taken, attribution=attribution)
+    return taken._replace(attribution=attribution)
 
 
 @pytest.mark.parametrize("openmetrics_format", [False, True])
@@ -270,7 +270,7 @@ def test_a_pod_named_by_a_file_name_that_is_not_utf8_costs_only_its_bad_bytes(tm
     node = snapshot(tmp_path)
     uuid = node.gpus[0].identity.uuid
     held = replace(node.attribution, allocations=(Allocation(workload, "nvidia.com/gpu", uuid, uuid),))
-    exposition = Exposition(replace(node, attribution=held))
+    exposition = Exposition(node._replace(attribution=held))
     for om in (False, True):
         body = exposition.respond(openmetrics=om, gzip=False).body.decode("utf-8")
         assert 'pod="train?"' in body
