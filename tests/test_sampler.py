@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
 
 from smlens import model as m
 from smlens import names as n
-from smlens.backends.base import Backend, DeviceSource
+from smlens.backends.base import Backend, Captured, DeviceSource, finish
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import Activity, GpuIdentity, Reading
@@ -187,8 +188,6 @@ def test_listeners_get_every_snapshot_and_thread_runs() -> None:
     sampler.subscribe(lambda snap: seen.append(snap.sequence))
     sampler.start()
     try:
-        import time
-
         deadline = time.monotonic() + 5
         while len(seen) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -260,3 +259,71 @@ def test_xid_label_values_are_bounded_by_the_catalog() -> None:
     lines = [line for line in text.splitlines() if line.startswith("gpu_xid") and 'uuid="GPU-0"' in line]
     assert len(lines) == len(totals) <= n.XID_CATALOG_LAST + 1
     assert lines[-1].endswith(f'xid="other"}} {float(totals["other"])}')
+
+
+def burn(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class Burner(DeviceSource):
+    """One GPU whose capture and whose decoding each spend a known CPU time."""
+
+    name = "burner"
+
+    def __init__(self, capture_cpu: float, decode_cpu: float) -> None:
+        self.capture_cpu, self.decode_cpu = capture_cpu, decode_cpu
+        self.captures = 0
+
+    def discover(self) -> list[GpuIdentity]:
+        return [GpuIdentity(0, "GPU-0", "Fake")]
+
+    def attach(self, gpus: Sequence[GpuIdentity]) -> dict[str, str | None]:
+        return {g.uuid: None for g in gpus}
+
+    def read(self, gpu: GpuIdentity, now: float) -> Reading:
+        return finish(self.capture(gpu, now))
+
+    def capture(self, gpu: GpuIdentity, now: float) -> Captured:
+        burn(self.capture_cpu)
+        self.captures += 1
+        return self._decode
+
+    def _decode(self) -> Reading:
+        burn(self.decode_cpu)
+        return Reading(source=self.name, gauges={n.POWER_WATTS: 1.0})
+
+
+def test_sampling_cpu_counts_the_threads_captures_and_the_publishing_on_other_threads() -> None:
+    burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
+    sampler = Sampler(burner, [], hostname="n", interval=0.02)
+    sampler.open()
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sampler.progress()[0] < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = sampler.publish()  # on this thread: its decoding counts here, the captures on the sampler's
+        while sampler.progress()[0] < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = sampler.publish()
+    finally:
+        sampler.close()
+    assert first is not None and second is not None
+    captures = burner.captures
+    assert first.sequence >= 6 and second.sequence >= 12
+    assert first.sampler_cpu_seconds_total >= first.sequence * (0.01 + 0.005)
+    assert second.sampler_cpu_seconds_total >= second.sequence * (0.01 + 0.005)
+    # At most every capture made so far, the decoding of those published, and the loop's own small cost.
+    assert second.sampler_cpu_seconds_total <= captures * 0.01 + second.sequence * 0.005 + 0.05
+    assert second.sampler_cpu_seconds_total > first.sampler_cpu_seconds_total
+
+
+def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu() -> None:
+    sampler = Sampler(Burner(capture_cpu=0.01, decode_cpu=0.005), [], hostname="n", interval=1.0)
+    sampler.open()
+    totals = [sampler.tick().sampler_cpu_seconds_total for _ in range(3)]
+    assert totals[0] >= 0.015 and totals[1] >= totals[0] + 0.015 and totals[2] >= totals[1] + 0.015
+    assert totals[2] <= 0.045 + 0.03

@@ -87,8 +87,7 @@ def comparable(snapshot: Snapshot) -> Snapshot:
         tick_duration_seconds=0.0,
         sampler_cpu_seconds_total=0.0,
         backends=tuple(
-            b._replace(last_duration_seconds=0.0, duration_seconds_total=0.0)
-            for b in snapshot.backends
+            b._replace(last_duration_seconds=0.0, duration_seconds_total=0.0) for b in snapshot.backends
         ),
     )
 

@@ -277,7 +277,7 @@ class Snapshot(NamedTuple):
     taken_at: float  # unix time at the end of the tick
     interval_seconds: float
     tick_duration_seconds: float
-    sampler_cpu_seconds_total: float  # CPU time of the sampling thread since start
+    sampler_cpu_seconds_total: float  # CPU time of sampling: the sampler's thread, publishing elsewhere
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]
     attribution: Attribution = EMPTY_ATTRIBUTION  # who holds and uses each GPU, refreshed in the background

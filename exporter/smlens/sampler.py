@@ -54,7 +54,6 @@ class _Capture(NamedTuple):
 
     taken_at: float
     seconds: float
-    cpu_seconds: float
     gpus: list[list[_Entry]]
     attribution: Attribution  # who held the GPUs when the tick was taken
 
@@ -94,10 +93,15 @@ class Sampler:
         self._wall = wall
         self._gpus: list[_Gpu] = []
         self._sequence = 0
-        self._cpu_total = 0.0
+        # The CPU of sampling is the sampler's thread's own CPU clock, read when publishing (a capture that
+        # read a CPU clock after the thread's sleep would pay ~15 µs for it on the H200: the first such
+        # read after a wake-up is slow there), plus the sampling done on other threads.
+        self._thread: threading.Thread | None = None
+        self._cpu_clock: int | None = None  # the sampler's thread's CPU clock, while it runs
+        self._thread_cpu = 0.0  # its last reading
+        self._cpu_elsewhere = 0.0  # publishing on request threads, and tick()'s captures
         self._listeners: list[Listener] = []
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._attribution: AttributionRefresher | None = None
         self._pending: collections.deque[_Capture] = collections.deque()
         self._captured, self._captured_at = 0, -math.inf  # ticks captured, and the wall time of the latest
@@ -144,7 +148,10 @@ class Sampler:
     def tick(self) -> Snapshot:
         """Capture one tick and publish it (with any captured before it)."""
         published = self._sequence
+        cpu_started = time.thread_time()
         self.capture()
+        with self._publishing:
+            self._cpu_elsewhere += time.thread_time() - cpu_started
         snapshot = self.publish()
         if snapshot is None or snapshot.sequence == published:
             raise SmlensError("the sampling tick could not be published; the log says why.")
@@ -159,7 +166,7 @@ class Sampler:
     def capture(self) -> None:
         """Make one tick's calls; ``publish`` decodes them."""
         clock = self._clock
-        started, cpu_started = clock(), time.thread_time()
+        started = clock()
         gpus = []
         for gpu in self._gpus:
             captured: list[_Entry] = []
@@ -179,29 +186,38 @@ class Sampler:
                     break
         self._captured, self._captured_at = self._captured + 1, self._wall()
         attribution = EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current()
-        self._pending.append(
-            _Capture(
-                self._captured_at, clock() - started, time.thread_time() - cpu_started, gpus, attribution
-            )
-        )
+        self._pending.append(_Capture(self._captured_at, clock() - started, gpus, attribution))
 
     def publish(self) -> Snapshot | None:
         """Decode and fold every captured tick, oldest first, each snapshot going to the listeners.
         Returns the latest snapshot (None before the first tick). Safe to call from any thread."""
         with self._publishing:
-            while self._pending:
-                try:
-                    self._publish_one(self._pending.popleft())
-                except Exception:  # a bug in decoding or folding costs its tick, not the ones after it
-                    log.exception("publishing a sampling tick failed")
+            if self._pending:
+                self._publish_pending()
         return self.latest
+
+    def _publish_pending(self) -> None:
+        on_thread = self._cpu_clock is not None and threading.current_thread() is self._thread
+        count = len(self._pending)  # before the clock's reading: a tick captured after it waits
+        if self._cpu_clock is not None:
+            self._thread_cpu = time.clock_gettime(self._cpu_clock)
+        before, cpu_started = self._thread_cpu + self._cpu_elsewhere, time.thread_time()
+        for _ in range(count):
+            try:
+                self._publish_one(self._pending.popleft(), before, cpu_started)
+            except Exception:  # a bug in decoding or folding costs its tick, not the ones after it
+                log.exception("publishing a sampling tick failed")
+        if not on_thread:  # the sampler's thread counts its own publishing in its CPU clock
+            self._cpu_elsewhere += time.thread_time() - cpu_started
 
     def progress(self) -> tuple[int, float]:
         """Ticks captured so far, and the seconds since the latest (inf before the first)."""
         return self._captured, self._wall() - self._captured_at
 
-    def _publish_one(self, captured: _Capture) -> None:
-        started, cpu_started = self._clock(), time.thread_time()
+    def _publish_one(self, captured: _Capture, cpu_before: float, cpu_started: float) -> None:
+        """Publish one tick; the sampling CPU was ``cpu_before`` when ``time.thread_time()`` read
+        ``cpu_started`` on this thread."""
+        started = self._clock()
         for source in self._sources:
             source.health.begin_tick()
         states = [
@@ -210,14 +226,13 @@ class Sampler:
         for source in self._sources:
             source.health.end_tick()
         self._sequence += 1
-        self._cpu_total += captured.cpu_seconds + time.thread_time() - cpu_started
         snapshot = Snapshot(
             hostname=self._hostname,
             sequence=self._sequence,
             taken_at=captured.taken_at,
             interval_seconds=self._interval,
             tick_duration_seconds=captured.seconds + self._clock() - started,
-            sampler_cpu_seconds_total=self._cpu_total,
+            sampler_cpu_seconds_total=cpu_before + time.thread_time() - cpu_started,
             gpus=tuple(states),
             attribution=captured.attribution,
             backends=tuple([source.health.stats() for source in self._sources]),
@@ -279,6 +294,14 @@ class Sampler:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
+        self._cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        try:
+            self._loop()
+        finally:  # a thread's CPU clock cannot be read once it has ended
+            with self._publishing:
+                self._thread_cpu, self._cpu_clock = time.thread_time(), None
+
+    def _loop(self) -> None:
         deadline = self._clock()
         while not self._stop.is_set():
             try:
