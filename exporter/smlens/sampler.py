@@ -7,7 +7,8 @@ sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those
 ``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they answer, so that
 nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200,
 decoding every tick cost 1.5x-1.6x the bare calls' (means), batches of 15 (the chart's defaults) cost
-1.26x-1.31x (docs/performance.md, "Batches of 15 on the H200").
+1.19x-1.21x once the capture stopped reading a CPU clock (docs/performance.md, "No CPU-clock read at
+capture").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
@@ -93,9 +94,9 @@ class Sampler:
         self._wall = wall
         self._gpus: list[_Gpu] = []
         self._sequence = 0
-        # The CPU of sampling is the sampler's thread's own CPU clock, read when publishing (a capture that
-        # read a CPU clock after the thread's sleep would pay ~15 µs for it on the H200: the first such
-        # read after a wake-up is slow there), plus the sampling done on other threads.
+        # The CPU of sampling is the sampler's thread's own CPU clock, read when publishing, plus the
+        # sampling done on other threads: a capture reads no CPU clock, since the first read after the
+        # thread's sleep is a slow system call (bench/wake_clock_cost.py).
         self._thread: threading.Thread | None = None
         self._cpu_clock: int | None = None  # the sampler's thread's CPU clock, while it runs
         self._thread_cpu = 0.0  # its last reading
