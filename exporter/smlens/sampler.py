@@ -190,7 +190,7 @@ class Sampler:
         self._pending.append(_Capture(self._captured_at, clock() - started, gpus, attribution))
 
     def publish(self) -> Snapshot | None:
-        """Decode and fold every captured tick, oldest first, each snapshot going to the listeners.
+        """Decode and fold the ticks captured so far, oldest first, each snapshot going to the listeners.
         Returns the latest snapshot (None before the first tick). Safe to call from any thread."""
         with self._publishing:
             if self._pending:
