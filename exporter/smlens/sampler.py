@@ -198,7 +198,7 @@ class Sampler:
         return self.latest
 
     def _publish_pending(self) -> None:
-        on_thread = self._cpu_clock is not None and threading.current_thread() is self._thread
+        on_thread = threading.current_thread() is self._thread
         count = len(self._pending)  # before the clock's reading: a tick captured after it waits
         if self._cpu_clock is not None:
             self._thread_cpu = time.clock_gettime(self._cpu_clock)
@@ -295,20 +295,25 @@ class Sampler:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
-        self._cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        clock_of = getattr(time, "pthread_getcpuclockid", None)  # not on every Unix (macOS)
+        if clock_of is not None:
+            self._cpu_clock = clock_of(threading.get_ident())
         try:
-            self._loop()
+            self._loop(note_cpu=clock_of is None)
         finally:  # a thread's CPU clock cannot be read once it has ended
             with self._publishing:
                 self._thread_cpu, self._cpu_clock = time.thread_time(), None
 
-    def _loop(self) -> None:
+    def _loop(self, note_cpu: bool) -> None:
+        """``note_cpu``: no other thread can read this one's CPU clock, so it notes it after each tick."""
         deadline = self._clock()
         while not self._stop.is_set():
             try:
                 self.background_tick()
             except Exception:  # keep sampling; the stale-snapshot alert tells the user
                 log.exception("sampling tick failed")
+            if note_cpu:
+                self._thread_cpu = time.thread_time()
             deadline += self._interval
             delay = deadline - self._clock()
             if delay < 0:  # overran: skip the missed ticks rather than bursting
