@@ -3,10 +3,9 @@ thread does at each tick, against the same read right after.
 
     python3 bench/wake_clock_cost.py [--reads 200] [--pause 0.5]
 
-Each round sleeps ``--pause`` seconds, then times (wall clock, ``time.perf_counter``) one read of each
-clock in turn, first the thread's CPU clock (``time.thread_time``, a system call on Linux), then the
-monotonic clock (``time.monotonic``, answered in user space), each twice in a row; the order of the two
-clocks alternates between rounds. The sampler reads no CPU clock at capture for this reason
+Each round sleeps ``--pause`` seconds, then times (wall clock, ``time.perf_counter``) two reads in a row
+of each clock: the thread's CPU clock (``time.thread_time``, a system call on Linux) and the monotonic
+clock (``time.monotonic``, answered in user space), in an order that alternates between rounds. The sampler reads no CPU clock at capture for this reason
 (smlens/sampler.py): the first read after the wake-up costs far more than the next on some hosts.
 """
 

@@ -7,8 +7,7 @@ sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those
 ``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they answer, so that
 nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200,
 decoding every tick cost 1.5x-1.6x the bare calls' (means), batches of 15 (the chart's defaults) cost
-1.19x-1.23x once the capture stopped reading a CPU clock (docs/performance.md, "No CPU-clock read at
-capture").
+1.19x-1.23x at eacda9b (docs/performance.md, "No CPU-clock read at capture").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
