@@ -5,8 +5,9 @@ thread does at each tick, against the same read right after.
 
 Each round sleeps ``--pause`` seconds, then times (wall clock, ``time.perf_counter``) two reads in a row
 of each clock: the thread's CPU clock (``time.thread_time``, a system call on Linux) and the monotonic
-clock (``time.monotonic``, answered in user space), in an order that alternates between rounds. The sampler reads no CPU clock at capture for this reason
-(smlens/sampler.py): the first read after the wake-up costs far more than the next on some hosts.
+clock (``time.monotonic``, answered in user space), in an order that alternates between rounds. The
+sampler reads no CPU clock at capture for this reason (smlens/sampler.py): the first read after the
+wake-up costs far more than the next on some hosts.
 """
 
 from __future__ import annotations
