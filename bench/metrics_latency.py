@@ -211,7 +211,7 @@ def main() -> int:
             f"(target <= 3x)"
         )
         print(
-            f"sampler thread: {sampler_cpu / args.gpus * 1e6:.0f} us CPU per tick per GPU; backend reads "
+            f"sampling: {sampler_cpu / args.gpus * 1e6:.0f} us CPU per tick per GPU; backend reads "
             f"{sample_wall / args.gpus * 1e6:.0f} us wall per tick per GPU"
         )
         print(

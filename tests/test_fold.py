@@ -101,3 +101,8 @@ def test_xid_totals_stay_read_only_and_earlier_states_keep_theirs() -> None:
     _, state = fold(GPU, GpuTotals(xids=given), [nvml(0.5, 1.0)], {}, True, GPM)
     given["13"] = 99
     assert dict(state.xid_totals) == {"13": 1}
+
+
+def test_activities_add_up_as_spans_not_as_tuples() -> None:
+    total = Activity(1.0, 2.0) + Activity(0.5, 1.0)
+    assert type(total) is Activity and total == Activity(1.5, 3.0)

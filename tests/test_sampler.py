@@ -7,6 +7,7 @@ import pytest
 
 from smlens import model as m
 from smlens import names as n
+from smlens import sampler as sampler_module
 from smlens.backends.base import Backend, Captured, DeviceSource, finish
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
@@ -296,7 +297,17 @@ class Burner(DeviceSource):
         return Reading(source=self.name, gauges={n.POWER_WATTS: 1.0})
 
 
-@pytest.mark.parametrize("thread_clock", [True, False], ids=["thread_clock", "no_thread_clock"])
+THREAD_CLOCK = pytest.param(
+    True,
+    id="thread_clock",
+    marks=pytest.mark.skipif(
+        not hasattr(time, "pthread_getcpuclockid"),
+        reason="this Python cannot read another thread's CPU clock",
+    ),
+)
+
+
+@pytest.mark.parametrize("thread_clock", [THREAD_CLOCK, pytest.param(False, id="no_thread_clock")])
 def test_sampling_cpu_counts_the_threads_captures_and_the_publishing_on_other_threads(
     thread_clock: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -333,3 +344,43 @@ def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu() -> None:
     totals = [sampler.tick().sampler_cpu_seconds_total for _ in range(3)]
     assert totals[0] >= 0.015 and totals[1] >= totals[0] + 0.015 and totals[2] >= totals[1] + 0.015
     assert totals[2] <= 0.045 + 0.03
+
+
+@pytest.mark.parametrize("batch", [3, 30], ids=["thread_publishes_too", "requests_publish"])
+def test_sampling_cpu_after_close_is_every_capture_and_decoding_once(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exact, so that publishing counted twice (on the sampler's thread or elsewhere) fails it."""
+    monkeypatch.setattr(sampler_module, "PUBLISH_EVERY_TICKS", batch)
+    burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
+    sampler = Sampler(burner, [], hostname="n", interval=0.02)
+    sampler.open()
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sampler.progress()[0] < 7 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = sampler.publish()  # on this thread
+    finally:
+        sampler.close()
+    last = sampler.publish()  # the rest, after the thread has ended
+    assert first is not None and last is not None and last.sequence == burner.captures >= 7
+    floor = burner.captures * (0.01 + 0.005)
+    assert floor <= last.sampler_cpu_seconds_total <= floor + 0.02
+
+
+def test_sampling_cpu_never_goes_back_when_a_second_thread_runs() -> None:
+    sampler = Sampler(Burner(capture_cpu=0.01, decode_cpu=0.0), [], hostname="n", interval=0.02)
+    sampler.open()
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while sampler.progress()[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.close()
+    before = sampler.publish()
+    sampler.start()  # misuse: the stop stays set, so this thread ends at once
+    sampler.close()
+    sampler.tick()
+    after = sampler.publish()
+    assert before is not None and after is not None
+    assert after.sampler_cpu_seconds_total >= before.sampler_cpu_seconds_total + 0.01

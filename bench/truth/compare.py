@@ -153,8 +153,8 @@ def judge_cost(
         Outcome(
             "cost",
             "sampling",
-            "sampler thread CPU per GPU per tick",
-            "information (reads and folding)",
+            "sampling CPU per GPU per tick",
+            "information (the sampler's thread, waits included, and publishing elsewhere)",
             f"{run.sampler_cpu_us:.0f} us CPU",
             None,
         ),

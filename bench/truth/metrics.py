@@ -107,7 +107,7 @@ class SamplingCost:
 
     ticks: float
     backend_reads_us: float  # wall time inside the backends' read() calls
-    sampler_cpu_us: float  # CPU time of the sampling thread (reads and folding)
+    sampler_cpu_us: float  # sampling CPU: the sampler's thread, waits included, and publishing elsewhere
 
 
 def sampling_cost(first: Scrape, last: Scrape, gpus: int) -> SamplingCost | None:

@@ -288,7 +288,8 @@ class SnapshotCollector(Collector):
         )
         yield CounterMetricFamily(
             "smlens_sampler_cpu_seconds",
-            "CPU time spent sampling since start (calls, decoding, folding; rendering is not included).",
+            "CPU time spent sampling since start: the sampler thread's, waits included, and publishing "
+            "elsewhere.",
             value=snap.sampler_cpu_seconds_total,
         )
         yield GaugeMetricFamily(

@@ -59,7 +59,7 @@ def fold(
             increments[key] = increments.get(key, 0.0) + amount
         if choice.admits(reading):
             for key, part in reading.activity.items():
-                activity[key] = activity.get(key, ZERO_ACTIVITY).plus(part)
+                activity[key] = activity.get(key, ZERO_ACTIVITY) + part
                 ratio = part.ratio
                 if ratio is not None:
                     ratios[key] = (reading.source, ratio)

@@ -40,7 +40,7 @@ def fold_instances(
             if not profiling:
                 continue
             for key, amount in part.activity.items():
-                summed[key] = summed.get(key, ZERO_ACTIVITY).plus(amount)
+                summed[key] = summed.get(key, ZERO_ACTIVITY) + amount
                 ratio = amount.ratio
                 if ratio is not None:
                     gauges[instance][key] = ratio

@@ -25,8 +25,7 @@ class Activity(NamedTuple):
             return None
         return self.active_seconds / self.covered_seconds
 
-    def plus(self, other: Activity) -> Activity:
-        """Both spans together (``+`` would join the tuples)."""
+    def __add__(self, other: Activity) -> Activity:  # type: ignore[override]  # a sum, not a tuple's join
         return Activity(
             self.active_seconds + other.active_seconds, self.covered_seconds + other.covered_seconds
         )
@@ -277,7 +276,7 @@ class Snapshot(NamedTuple):
     taken_at: float  # unix time at the end of the tick
     interval_seconds: float
     tick_duration_seconds: float
-    sampler_cpu_seconds_total: float  # CPU time of sampling: the sampler's thread, publishing elsewhere
+    sampler_cpu_seconds_total: float  # the sampler's thread's CPU, publishing elsewhere, tick()'s captures
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]
     attribution: Attribution = EMPTY_ATTRIBUTION  # who holds and uses each GPU, refreshed in the background

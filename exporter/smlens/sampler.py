@@ -2,12 +2,12 @@
 publishes an immutable :class:`~smlens.model.Snapshot` per tick.
 
 A tick has two halves. ``capture`` makes the tick's calls and keeps what they return; ``publish`` turns
-every captured tick, in order, into readings, folds them and hands each snapshot to the listeners. The
-sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would span more than
-``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they answer, so that
-nothing they serve is older than the last capture. Decoding several ticks in a row runs warm: on an H200,
-decoding every tick cost 1.5x-1.6x the bare calls' (means), batches of 15 (the chart's defaults) cost
-1.19x-1.23x at eacda9b (docs/performance.md, "No CPU-clock read at capture").
+the ticks captured before it starts, in order, into readings, folds them and hands each snapshot to the
+listeners. The sampler's thread publishes every ``PUBLISH_EVERY_TICKS`` ticks (fewer when those would
+span more than ``PUBLISH_EVERY_SECONDS``), and the data answers of ``smlens serve`` publish before they
+answer, so that nothing they serve is older than the last capture. Decoding several ticks in a row runs
+warm: on an H200, decoding every tick cost 1.5x-1.6x the bare calls' (means), batches of 15 (the chart's
+defaults) cost 1.19x-1.23x at eacda9b (docs/performance.md, "No CPU-clock read at capture").
 
 One GPU or one backend failing never stops the others: failures are counted per backend and reason,
 the GPU's values from that backend are left out, and counters keep their totals.
@@ -299,9 +299,10 @@ class Sampler:
             self._cpu_clock = clock_of(threading.get_ident())
         try:
             self._loop(note_cpu=clock_of is None)
-        finally:  # a thread's CPU clock cannot be read once it has ended
+        finally:  # a thread's CPU clock cannot be read once it has ended: its time joins the others'
             with self._publishing:
-                self._thread_cpu, self._cpu_clock = time.thread_time(), None
+                self._cpu_elsewhere += time.thread_time()
+                self._thread_cpu, self._cpu_clock = 0.0, None
 
     def _loop(self, note_cpu: bool) -> None:
         """``note_cpu``: no other thread can read this one's CPU clock, so it notes it after each tick."""
