@@ -297,6 +297,20 @@ class Burner(DeviceSource):
         return Reading(source=self.name, gauges={n.POWER_WATTS: 1.0})
 
 
+def running(burner: Burner) -> Sampler:
+    """A sampler of the burner's GPU, its thread started, ticking every 20 ms."""
+    sampler = Sampler(burner, [], hostname="n", interval=0.02)
+    sampler.open()
+    sampler.start()
+    return sampler
+
+
+def wait_for_captures(sampler: Sampler, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while sampler.progress()[0] < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 THREAD_CLOCK = pytest.param(
     True,
     id="thread_clock",
@@ -315,16 +329,11 @@ def test_sampling_cpu_counts_the_threads_captures_and_the_publishing_on_other_th
         monkeypatch.delattr(time, "pthread_getcpuclockid", raising=False)
     lag = 0 if thread_clock else 1  # a capture whose note is not yet made
     burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
-    sampler = Sampler(burner, [], hostname="n", interval=0.02)
-    sampler.open()
-    sampler.start()
+    sampler = running(burner)
     try:
-        deadline = time.monotonic() + 10
-        while sampler.progress()[0] < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_captures(sampler, 6)
         first = sampler.publish()  # on this thread: its decoding counts here, the captures on the sampler's
-        while sampler.progress()[0] < 12 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_captures(sampler, 12)
         second = sampler.publish()
     finally:
         sampler.close()
@@ -353,13 +362,9 @@ def test_sampling_cpu_after_close_is_every_capture_and_decoding_once(
     """Exact, so that publishing counted twice (on the sampler's thread or elsewhere) fails it."""
     monkeypatch.setattr(sampler_module, "PUBLISH_EVERY_TICKS", batch)
     burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
-    sampler = Sampler(burner, [], hostname="n", interval=0.02)
-    sampler.open()
-    sampler.start()
+    sampler = running(burner)
     try:
-        deadline = time.monotonic() + 10
-        while sampler.progress()[0] < 7 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_captures(sampler, 7)
         first = sampler.publish()  # on this thread
     finally:
         sampler.close()
@@ -370,12 +375,8 @@ def test_sampling_cpu_after_close_is_every_capture_and_decoding_once(
 
 
 def test_sampling_cpu_never_goes_back_when_a_second_thread_runs() -> None:
-    sampler = Sampler(Burner(capture_cpu=0.01, decode_cpu=0.0), [], hostname="n", interval=0.02)
-    sampler.open()
-    sampler.start()
-    deadline = time.monotonic() + 10
-    while sampler.progress()[0] < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    sampler = running(Burner(capture_cpu=0.01, decode_cpu=0.0))
+    wait_for_captures(sampler, 3)
     sampler.close()
     before = sampler.publish()
     sampler.start()  # misuse: the stop stays set, so this thread ends at once
