@@ -4,6 +4,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from smlens import model as m
 from smlens import names as n
@@ -11,6 +12,7 @@ from smlens import sampler as sampler_module
 from smlens.backends.base import Backend, Captured, DeviceSource, finish
 from smlens.backends.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
+from smlens.exposition import Exposition
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.sampler import Sampler
 
@@ -347,10 +349,18 @@ def test_sampling_cpu_counts_the_threads_captures_and_the_publishing_on_other_th
     assert second.sampler_cpu_seconds_total > first.sampler_cpu_seconds_total
 
 
-def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu() -> None:
+def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu_on_metrics() -> None:
+    """Where users read it: the counter on /metrics, as the exposition renders each snapshot."""
     sampler = Sampler(Burner(capture_cpu=0.01, decode_cpu=0.005), [], hostname="n", interval=1.0)
     sampler.open()
-    totals = [sampler.tick().sampler_cpu_seconds_total for _ in range(3)]
+    totals = []
+    for _ in range(3):
+        body = Exposition(sampler.tick()).respond(openmetrics=False, gzip=False).body.decode()
+        (family,) = [
+            f for f in text_string_to_metric_families(body) if f.name == "smlens_sampler_cpu_seconds"
+        ]
+        (sample,) = [s for s in family.samples if s.name == "smlens_sampler_cpu_seconds_total"]
+        totals.append(sample.value)
     assert totals[0] >= 0.015 and totals[1] >= totals[0] + 0.015 and totals[2] >= totals[1] + 0.015
     assert totals[2] <= 0.045 + 0.03
 
