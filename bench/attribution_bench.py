@@ -36,10 +36,10 @@ sys.path.insert(0, str(REPO / "exporter"))
 
 from smlens.attribution.devices import DeviceMap  # noqa: E402
 from smlens.attribution.refresher import AttributionRefresher  # noqa: E402
-from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
-from smlens.collector import SnapshotCollector  # noqa: E402
+from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
+from smlens.exposition.collector import SnapshotCollector  # noqa: E402
 from smlens.model import GpuIdentity, Snapshot  # noqa: E402
-from smlens.sampler import Sampler  # noqa: E402
+from smlens.pipeline.sampler import Sampler  # noqa: E402
 from smlens.textformat import render as render_text  # noqa: E402
 
 HOSTNAME = "bench-node"
@@ -167,8 +167,8 @@ def exporter_latency(args: list[str], scrapes: int) -> dict[str, float]:
 def process_refresh(repeat: int) -> dict[str, Any] | None:
     try:
         from smlens.attribution.processes import ProcessSource
-        from smlens.backends.nvml import open_nvml_backends
-        from smlens.nvml.session import NvmlSession
+        from smlens.sources.nvml.backend import open_nvml_backends
+        from smlens.sources.nvml.session import NvmlSession
     except ImportError:
         return None
     try:

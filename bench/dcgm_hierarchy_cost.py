@@ -1,5 +1,5 @@
 """Benchmark: the Python cost of mapping DCGM's MIG hierarchy each tick
-(smlens.backends.dcgm_mig.gi_entities), against one dcgmEntityGetLatestValues of the four per-instance
+(smlens.sources.dcgm.mig.gi_entities), against one dcgmEntityGetLatestValues of the four per-instance
 fields, with DCGM's Python bindings over the stub libdcgm of the tests (tests/fakes/dcgm_hostengine.py): a
 node of --gpus A100s in MIG mode, 7 one-slice GPU instances with one compute instance each (14 rows a GPU,
 112 for 8 GPUs).
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import dcgm_structs
 
     from fakes import dcgm_hostengine as stub
-    from smlens.backends import dcgm_mig
+    from smlens.sources.dcgm import mig as dcgm_mig
 
     dcgm_structs.dcgmLib = stub.LIBDCGM  # where libdcgm.so would be loaded
     stub.reset()

@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import free_port, wait_ready  # noqa: E402
 from promstack import substitute  # noqa: E402
-from smlens.backends.sim import Scenario, SimBackend  # noqa: E402
-from smlens.collector import SnapshotCollector  # noqa: E402
-from smlens.sampler import Sampler  # noqa: E402
+from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
+from smlens.exposition.collector import SnapshotCollector  # noqa: E402
+from smlens.pipeline.sampler import Sampler  # noqa: E402
 from smlens.textformat import render as render_text  # noqa: E402
 
 GPUS = 8

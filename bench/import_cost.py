@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 EXPORTER = Path(__file__).resolve().parent.parent / "exporter"
-OWN = "smlens.app,smlens.admin,smlens.status"
-DEFAULT_BLOCKS = ("asyncio,h11,smlens.serving",)  # Starlette, the first estimate, is gone (smlens.routing)
+OWN = "smlens.web.app,smlens.web.admin,smlens.web.status"
+DEFAULT_BLOCKS = ("asyncio,h11,smlens.web",)  # Starlette, the first estimate, is gone (smlens.routing)
 _CHILD = """
 import gc, json, sys
 blocked = json.loads(sys.argv[1])

@@ -33,7 +33,7 @@ DEPENDENCIES = (
     "pydantic",
     "fastapi, uvicorn",  # what smlens served with until issue 14
     "starlette.applications, starlette.routing, starlette.responses, h11",  # until smlens.routing
-    "smlens.routing, h11",  # what it serves with now (asyncio: smlens.serving)
+    "smlens.routing, h11",  # what it serves with now (asyncio: smlens.web)
     "grpc",  # only with pod attribution on a Kubernetes node
     "pynvml",
 )
@@ -191,8 +191,8 @@ def main() -> None:
     bare = import_cost("", args.exporter_path) or 0
     print(f"import cost on its own (RSS over a bare interpreter's {bare / mib:.1f} MiB):")
     # The web config file's schema (pydantic models) is imported only when serve is given such a file.
-    serving = ("smlens.serving", "smlens.serving, smlens.serving.webconfig_file")
-    for module in (*DEPENDENCIES, "smlens.cli", "smlens.app", *serving):
+    serving = ("smlens.web", "smlens.web, smlens.web.webconfig_file")
+    for module in (*DEPENDENCIES, "smlens.cli", "smlens.web.app", *serving):
         cost = import_cost(module, args.exporter_path)
         print(f"  {'    absent' if cost is None else f'{(cost - bare) / mib:6.1f} MiB'}  import {module}")
 

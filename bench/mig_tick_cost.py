@@ -62,7 +62,7 @@ sys.path[:0] = [str(REPO / "exporter"), str(REPO / "tests")]
 import pynvml  # noqa: E402
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode  # noqa: E402
-from smlens.backends.gpm import (  # noqa: E402
+from smlens.sources.nvml.gpm import (  # noqa: E402
     INSTANCE_METRICS,
     METRICS,
     MIB,
@@ -70,7 +70,7 @@ from smlens.backends.gpm import (  # noqa: E402
     metrics_request,
     results_layout,
 )
-from smlens.backends.nvml import (  # noqa: E402
+from smlens.sources.nvml.backend import (  # noqa: E402
     CLOCK_EVENT_REASONS,
     CLOCK_EVENTS,
     bind_tick_reads,
@@ -86,8 +86,8 @@ from smlens.names import (  # noqa: E402
     SM_CLOCK_MAX_HERTZ,
     xid_label,
 )
-from smlens.nvml.calls import Absent, failure, value_of  # noqa: E402
-from smlens.sampler import Sampler  # noqa: E402
+from smlens.sources.nvml.calls import Absent, failure, value_of  # noqa: E402
+from smlens.pipeline.sampler import Sampler  # noqa: E402
 
 REFERENCE_US = {
     "nvmlDeviceGetMemoryInfo": 4.8,

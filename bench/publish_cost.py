@@ -50,12 +50,12 @@ def fake_node(gpus: int) -> FakeNode:
 
 
 def publish_cost(gpus: int, times: int) -> None:
-    from smlens import thresholds
-    from smlens.app import Publisher
-    from smlens.backends.nvml import open_nvml_backends
-    from smlens.backends.sim import Scenario, SimBackend
-    from smlens.sampler import Sampler
-    from smlens.status.history import History
+    from smlens.verdicts import thresholds
+    from smlens.web.app import Publisher
+    from smlens.sources.nvml.backend import open_nvml_backends
+    from smlens.sources.sim import Scenario, SimBackend
+    from smlens.pipeline.sampler import Sampler
+    from smlens.web.status.history import History
 
     now = [0.0]
     node = fake_node(gpus)
@@ -100,8 +100,8 @@ def publish_cost(gpus: int, times: int) -> None:
 
 def tick_cost(ticks: int) -> float:
     """Median thread CPU µs of Sampler.tick() over one GPU of the fake, in whichever smlens is imported."""
-    from smlens.backends.nvml import open_nvml_backends
-    from smlens.sampler import Sampler
+    from smlens.sources.nvml.backend import open_nvml_backends
+    from smlens.pipeline.sampler import Sampler
 
     node = fake_node(1)
     now = [0.0]

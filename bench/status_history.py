@@ -1,4 +1,4 @@
-"""Benchmark: memory and CPU of the status page's history ring (smlens.status.history).
+"""Benchmark: memory and CPU of the status page's history ring (smlens.web.status.history).
 
 Measures, in one run, on the simulated node:
 - bytes the ring holds (tracemalloc, allocations made in history.py that stay reachable) once it has
@@ -21,11 +21,11 @@ import gc
 import time
 import tracemalloc
 
-from smlens import thresholds
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.sampler import Sampler
-from smlens.status import history as history_module
-from smlens.status.history import WINDOW_SECONDS, History
+from smlens.verdicts import thresholds
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.pipeline.sampler import Sampler
+from smlens.web.status import history as history_module
+from smlens.web.status.history import WINDOW_SECONDS, History
 
 
 def node(gpus: int, interval: float) -> tuple[Sampler, History, list[float]]:
@@ -83,8 +83,8 @@ def answer_cost(gpus: int, interval: float, cap: int) -> tuple[int, float, int]:
     """(bytes of the first answer, seconds per answer, answers for the full window) with ``cap``."""
     from starlette.testclient import TestClient
 
-    from smlens.app import Publisher, create_app
-    from smlens.status import page
+    from smlens.web.app import Publisher, create_app
+    from smlens.web.status import page
 
     sampler, history, now = node(gpus, interval)
     tick(sampler, now, round(WINDOW_SECONDS / interval) + 10)

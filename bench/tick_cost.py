@@ -3,7 +3,7 @@
     python3 bench/tick_cost.py [--gpus 64] [--ticks 2000]
 
 Both figures come from one run (thread CPU time, so other processes on a shared machine do not count):
-the whole tick, and the fold calls inside those same ticks, timed by wrapping ``smlens.fold.fold``.
+the whole tick, and the fold calls inside those same ticks, timed by wrapping ``smlens.pipeline.fold.fold``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
-from smlens import fold as fold_module
-from smlens import sampler as sampler_module
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.sampler import Sampler
+from smlens.pipeline import fold as fold_module
+from smlens.pipeline import sampler as sampler_module
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.pipeline.sampler import Sampler
 
 
 def main() -> None:

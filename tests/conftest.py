@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from fakes import dcgm_hostengine
-from smlens.backends.dcgm_bindings import BINDING_DIRS
+from smlens.sources.dcgm.bindings import BINDING_DIRS
 
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"

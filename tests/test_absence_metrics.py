@@ -21,14 +21,14 @@ from starlette.testclient import TestClient
 from conftest import ExporterFactory
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.backends.dcgm import open_dcgm_backend
-from smlens.backends.sim import SimBackend, load_scenario
-from smlens.collector import PLAIN_GAUGES, RATIO_GAUGES
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.sources.dcgm.backend import open_dcgm_backend
+from smlens.sources.sim import SimBackend, load_scenario
+from smlens.exposition.collector import PLAIN_GAUGES, RATIO_GAUGES
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity, Snapshot
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 SCENARIO = Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from smlens.admin import profiling_router
-from smlens.app import App
+from smlens.web.admin import profiling_router
+from smlens.web.app import App
 from smlens.errors import BackendError, ConfigError
 
 TOKEN = "s3cret-token-0123456789"

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO
 from promstack import alertmanager_with_webhook, wait_for
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.bundle import alertmanager
 
 ROUTE_FILE = REPO / "alertmanager" / alertmanager.ROUTE_FILE

@@ -4,11 +4,11 @@ import gzip
 
 from starlette.testclient import TestClient
 
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.backends.sim import Scenario, SimBackend
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.sources.sim import Scenario, SimBackend
 from smlens.model import Snapshot
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 
 def sampled(ticks: int = 3) -> Snapshot:

@@ -15,7 +15,7 @@ import pytest
 from smlens.attribution.processes import ProcessSource
 from smlens.errors import BackendError
 from smlens.model import UNATTRIBUTED, GpuIdentity, Workload, WorkloadUsage
-from smlens.nvml.session import NvmlSession
+from smlens.sources.nvml.session import NvmlSession
 
 NOW = 1_800_000_000.0
 NOW_US = int(NOW * 1e6)

@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smlens.attribution import sim_layout
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.collector import SnapshotCollector
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.exposition.collector import SnapshotCollector
 from smlens.errors import ConfigError
 from smlens.model import (
     UNATTRIBUTED,
@@ -22,7 +22,7 @@ from smlens.model import (
     Workload,
     WorkloadUsage,
 )
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 from smlens.textformat import render as render_text
 
 A = Workload("ml", "a", "main")

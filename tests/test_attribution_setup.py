@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from smlens.attribution import setup
-from smlens.config import resolve
+from smlens.pipeline import attribution as setup
+from smlens.settings import resolve
 from test_attribution_processes import GPUS, Gpu, fake_nvml
 
 

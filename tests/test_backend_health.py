@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from smlens.backend_health import BackendHealth
+from smlens.pipeline.backend_health import BackendHealth
 
 
 def tick(health: BackendHealth, *failures: str) -> bool:
@@ -35,7 +35,7 @@ def test_a_lost_gpu_is_counted_but_does_not_take_the_backend_down() -> None:
 
 def test_state_changes_are_logged_once_not_once_per_tick(caplog: pytest.LogCaptureFixture) -> None:
     health = BackendHealth("gpm")
-    with caplog.at_level(logging.INFO, logger="smlens.backend_health"):
+    with caplog.at_level(logging.INFO, logger="smlens.pipeline.backend_health"):
         for _ in range(5):
             tick(health, "GPU 0 (GPU-a)")
         for _ in range(3):

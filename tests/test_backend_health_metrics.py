@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, install
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.config import resolve
-from smlens.runtime import build_sampler
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.settings import resolve
+from smlens.pipeline.build import build_sampler
 
 BAD, GOOD = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 

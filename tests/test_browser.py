@@ -152,7 +152,7 @@ def test_timelines_span_fifteen_minutes_at_the_sampling_interval(
     sys.path.insert(0, str(REPO / "tools"))
     import status_screenshot  # tools/ is not a package
 
-    from smlens.status import page as status_page
+    from smlens.web.status import page as status_page
 
     if answers > 1:  # a capped window: the page must fetch the rest at once and join the answers
         monkeypatch.setattr(status_page, "MAX_VALUES_PER_ANSWER", 8 * 901 // answers + 8)

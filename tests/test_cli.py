@@ -85,7 +85,7 @@ def test_check_says_what_it_samples_and_logs_only_warnings() -> None:
     result = run_cli("check", "--backend", "sim", "--sim-gpus", "3", "--duration", "1", "--interval", "0.2")
     assert result.stderr.splitlines() == ["smlens check: sampling 3 GPU(s) (sim) for 1 s ..."]
     verbose = run_cli("check", "--backend", "sim", "--duration", "0.5", "--log-level", "info")
-    assert " INFO smlens.profiling_policy: GPU 0 " in verbose.stderr
+    assert " INFO smlens.pipeline.profiling_policy: GPU 0 " in verbose.stderr
     assert verbose.stderr.splitlines()[-1].startswith("smlens check: sampling 8 GPU(s)")
 
 
@@ -178,7 +178,7 @@ def test_admin_token_needs_dcgm_and_a_readable_file(tmp_path: Path) -> None:
 
 
 def test_help_shows_each_default_once_its_env_name_and_choices_and_fits_a_terminal() -> None:
-    from smlens.config import options
+    from smlens.settings import options
 
     for command in ("serve", "check"):
         wide = run_cli(command, "--help", env={"COLUMNS": "200"})

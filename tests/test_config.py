@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from smlens.config import DEFAULT_PORT, resolve
+from smlens.settings import DEFAULT_PORT, resolve
 from smlens.errors import ConfigError
 
 

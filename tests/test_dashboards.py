@@ -13,7 +13,7 @@ import yaml
 
 from conftest import REPO, require_tool
 from promstack import GRAFANA_BUILTINS, panel_queries, substitute
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.bundle import dashboards, grafana, rules
 
 DASHBOARDS_DIR = REPO / "dashboards"

@@ -22,10 +22,10 @@ from conftest import (
 )
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
-from smlens.admin import profiling_router
-from smlens.app import App
-from smlens.backends import dcgm, gpm
-from smlens.backends.dcgm import (
+from smlens.web.admin import profiling_router
+from smlens.web.app import App
+from smlens.sources.dcgm import backend as dcgm, gpm
+from smlens.sources.dcgm.backend import (
     DcgmBackend,
     HostengineAddress,
     MetricGroup,
@@ -33,10 +33,10 @@ from smlens.backends.dcgm import (
     parse_hostengine,
     plan_fields,
 )
-from smlens.backends.dcgm_bindings import BINDING_DIRS, load_bindings
+from smlens.sources.dcgm.bindings import BINDING_DIRS, load_bindings
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
 from smlens.model import Activity, GpuIdentity
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 FAKE_DIR = DCGM_DOUBLE_DIR
 INTERVAL = 1.0

@@ -15,14 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.backends.dcgm import WATCH_RETRY_SECONDS, DcgmBackend
-from smlens.backends.dcgm_mig import GiEntity, match_instances, profile_slices
-from smlens.backends.registry import KINDS
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.sources.dcgm.backend import WATCH_RETRY_SECONDS, DcgmBackend
+from smlens.sources.dcgm.mig import GiEntity, match_instances, profile_slices
+from smlens.sources.registry import KINDS
 from smlens.model import MigInstance
-from smlens.nvml.session import MIG_RESCAN_INTERVAL
-from smlens.sampler import Sampler
+from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL
+from smlens.pipeline.sampler import Sampler
 
 PLAIN = "GPU-0a0a0a0a-0000-0000-0000-000000000000"
 SPLIT = "GPU-1b1b1b1b-1111-1111-1111-111111111111"
@@ -227,7 +227,7 @@ def test_an_instance_dcgm_returns_blank_for_is_absent_never_zero(node: Node) -> 
 def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
     monkeypatch: pytest.MonkeyPatch, fake_dcgm: ModuleType, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="smlens.backends.dcgm")
+    caplog.set_level(logging.DEBUG, logger="smlens.sources.dcgm.backend")
     refused = fake_dcgm.S.DCGM_ST_PROFILING_NOT_SUPPORTED
     node = Node(monkeypatch, fake_dcgm, **{"13": {"profiling_error": refused}})
     node.tick()
@@ -403,7 +403,7 @@ def test_matching_needs_the_same_gi_and_slice_count() -> None:
 def test_the_stub_adds_gi_entities_to_groups_as_dcgm_does(fake_dcgm: ModuleType) -> None:
     """DcgmGroupInfo::AddEntityToGroup: BADPARAM for an unknown entity or one already in the group, the
     GPU's GPU_IS_LOST for an entity of a lost GPU."""
-    from smlens.backends.dcgm_bindings import load_bindings
+    from smlens.sources.dcgm.bindings import load_bindings
 
     engine = fake_dcgm.REGISTRY.listen(
         fake_dcgm.FakeHostengine([fake_dcgm.FakeGpu(SPLIT, instances=[fake_dcgm.FakeGpuInstance(1, 3)])])

@@ -7,10 +7,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from conftest import require_tool
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.exposition import Exposition
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.exposition.rendered import Exposition
 from smlens.model import Snapshot
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 
 def snapshot(ticks: int = 3) -> Snapshot:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from smlens import names as n
-from smlens.fold import GpuTotals, fold
+from smlens.pipeline.fold import GpuTotals, fold
 from smlens.model import Activity, GpuIdentity, Reading
-from smlens.profiling_policy import ProfilingChoice
+from smlens.pipeline.profiling_policy import ProfilingChoice
 
 GPU = GpuIdentity(0, "GPU-0", "Fake")
 GPM = ProfilingChoice("gpm")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from smlens.backends.sim import Scenario, SimBackend, load_scenario
-from smlens.exposition import Exposition
+from smlens.sources.sim import Scenario, SimBackend, load_scenario
+from smlens.exposition.rendered import Exposition
 from smlens.model import Snapshot
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # The steady 8-GPU node, and a node with unreadable values: a GPU without profiling, one without

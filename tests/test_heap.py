@@ -6,9 +6,9 @@ import ctypes
 
 import pytest
 
-from smlens import heap
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.sampler import Sampler
+from smlens.pipeline import heap
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.pipeline.sampler import Sampler
 
 
 def test_released_once_after_the_start_up_ticks(monkeypatch: pytest.MonkeyPatch) -> None:

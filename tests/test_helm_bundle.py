@@ -18,7 +18,7 @@ import yaml
 
 from conftest import REPO, require_tool
 from helm_support import CHART_DIR, Rendered, helm_sync, render
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.bundle import alertmanager, dashboards, files
 
 # Values as a user would set them: a ratio as --set gives it (a string), a whole number, a zero.

@@ -20,7 +20,9 @@ import yaml
 
 from conftest import REPO
 from helm_support import CHART_DIR, CI_VALUES, NAMESPACE, Rendered, helm_sync, render
-from smlens import __version__, cli, config, thresholds
+from smlens import __version__, cli
+from smlens import settings as config
+from smlens.verdicts import thresholds
 
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
 CRD_SCHEMAS = REPO / "tests" / "schemas" / "prometheus-operator"
@@ -311,7 +313,7 @@ def test_threshold_overrides_reach_the_exporter_as_a_file_it_loads(tmp_path: Pat
     path.write_text(configmap["data"]["thresholds.yaml"])
     loaded = thresholds.load(path)
     assert (loaded.hollow_sm_active, loaded.busy_utilization, loaded.hollow_for) == (0.2, 0.9, "30m")
-    assert "--thresholds=/etc/smlens/thresholds.yaml" in rendered.container["args"]
+    assert "--thresholds=/etc/smlens/verdicts/thresholds.yaml" in rendered.container["args"]
     annotations = rendered.one("DaemonSet")["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch("[0-9a-f]{64}", annotations["checksum/thresholds"])
     assert not [c for c in render().of_kind("ConfigMap") if c["metadata"]["name"].endswith("-thresholds")]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helm_support import CHART_DIR, NAMESPACE, Rendered, render
-from smlens.serving.webconfig import web_config_from
+from smlens.web.webconfig import web_config_from
 from tls_support import TestCA
 
 WEB_VALUES = CHART_DIR / "ci" / "webconfig-values.yaml"

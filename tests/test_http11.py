@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from smlens.asgi import Receive, Scope, Send
-from smlens.serving import http11
-from smlens.serving.connections import Limits
-from smlens.serving.server import WebServer, bind
-from smlens.serving.webconfig import PLAIN, WebConfig, load_web_config
+from smlens.web import http11
+from smlens.web.connections import Limits
+from smlens.web.server import WebServer, bind
+from smlens.web.webconfig import PLAIN, WebConfig, load_web_config
 from tls_support import TestCA
 
 T = TypeVar("T")
@@ -176,12 +176,12 @@ def test_an_application_error_is_a_500_before_the_response_and_a_close_after(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     request = b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n"  # keep-alive asked: the 500 closes it anyway
-    with caplog.at_level(logging.ERROR, "smlens.serving.http11"):
+    with caplog.at_level(logging.ERROR, "smlens.web.http11"):
         received = served(lambda port: exchange(port, request))
     assert received.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
     assert b"connection: close\r\n" in received.lower()
     assert received.endswith(b"\r\n\r\nInternal Server Error\n")
-    (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
+    (record,) = [r for r in caplog.records if r.name == "smlens.web.http11"]
     assert record.exc_info is not None and "GET '/boom'" in record.getMessage()
 
     late = served(lambda port: exchange(port, b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"))
@@ -339,9 +339,9 @@ def test_a_complete_head_over_the_limit_gets_431_however_it_arrives() -> None:
 
 
 def test_a_request_path_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.ERROR, "smlens.serving.http11"):
+    with caplog.at_level(logging.ERROR, "smlens.web.http11"):
         served(lambda port: exchange(port, b"GET /boom%0d%0aFORGED:%20line HTTP/1.1\r\nHost: x\r\n\r\n"))
-    (record,) = [r for r in caplog.records if r.name == "smlens.serving.http11"]
+    (record,) = [r for r in caplog.records if r.name == "smlens.web.http11"]
     assert "\n" not in record.getMessage() and "\r" not in record.getMessage()
 
 

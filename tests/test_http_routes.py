@@ -19,11 +19,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from conftest import REPO, free_port
-from smlens.admin import profiling_router
-from smlens.app import App
+from smlens.web.admin import profiling_router
+from smlens.web.app import App
 from smlens.errors import BackendError
-from smlens.serving.guard import Guard
-from smlens.serving.webconfig import PLAIN
+from smlens.web.guard import Guard
+from smlens.web.webconfig import PLAIN
 
 STATIC = REPO / "exporter" / "smlens" / "status" / "static"
 CSP = (

@@ -13,9 +13,9 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from smlens import thresholds
-from smlens.backends.sim import PROFILES, Profile, load_scenario
-from smlens.config import options, resolve
+from smlens.verdicts import thresholds
+from smlens.sources.sim import PROFILES, Profile, load_scenario
+from smlens.settings import options, resolve
 from smlens.errors import ConfigError
 
 OPTION_NAMES = sorted({o.name for command in ("serve", "check") for o in options(command)})

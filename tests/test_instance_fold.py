@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from smlens import names as n
-from smlens.instance_fold import InstanceTotals, fold_instances
+from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 from smlens.model import Activity, InstanceReading, MigInstance, Reading
 
 BUSY = MigInstance(7, "1g.18gb", ("MIG-busy",), 16)

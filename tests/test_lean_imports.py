@@ -16,26 +16,26 @@ EXPORTER = Path(__file__).resolve().parent.parent / "exporter"
 # test_serve_imports_what_serve_modules_import holds it to that.
 SERVE_MODULES = (
     "smlens.cli",
-    "smlens.admin",
-    "smlens.app",
-    "smlens.heap",
-    "smlens.runtime",
-    "smlens.serving",
-    "smlens.status.history",
-    "smlens.backends.registry",
-    "smlens.backends.sim",
-    "smlens.attribution.setup",
+    "smlens.web.admin",
+    "smlens.web.app",
+    "smlens.pipeline.heap",
+    "smlens.pipeline.build",
+    "smlens.web",
+    "smlens.web.status.history",
+    "smlens.sources.registry",
+    "smlens.sources.sim",
+    "smlens.pipeline.attribution",
 )
 # Never imported by serving without a web config file: each costs resident memory and serves nothing.
 UNNEEDED = (
     "fastapi",
     "pydantic",
     "grpc",
-    "smlens.serving.webconfig_file",  # pydantic's models of the web config file
+    "smlens.web.webconfig_file",  # pydantic's models of the web config file
     "bcrypt",  # only to check basic_auth_users' passwords
     "importlib.metadata",  # smlens.__version__ is a literal
     "importlib.resources",  # the packaged files are read from their paths
-    "uvicorn",  # smlens.serving.http11 is the HTTP/1.1 protocol
+    "uvicorn",  # smlens.web.http11 is the HTTP/1.1 protocol
     "click",  # uvicorn's command line, imported by its package
     "multiprocessing",  # uvicorn's supervisors, imported by its package
     "encodings.idna",  # a str host given to getaddrinfo brings it (with stringprep and unicodedata)
@@ -128,13 +128,13 @@ def test_serve_imports_what_serve_modules_import() -> None:
 
 
 def test_a_web_config_file_brings_its_schema() -> None:
-    probe = ("pydantic", "smlens.serving.webconfig_file")
-    imports = "from pathlib import Path\nfrom smlens.serving.webconfig import web_config_from\n"
+    probe = ("pydantic", "smlens.web.webconfig_file")
+    imports = "from pathlib import Path\nfrom smlens.web.webconfig import web_config_from\n"
     assert loaded(imports, probe) == []
     assert loaded(imports + "web_config_from({}, Path('web.yml'))", probe) == list(probe)
 
 
 def test_a_password_check_brings_bcrypt() -> None:
-    imports = "from smlens.serving.webconfig import check_password\n"
+    imports = "from smlens.web.webconfig import check_password\n"
     assert loaded(imports, ("bcrypt",)) == []
     assert loaded(imports + "check_password(b'not a hash', b'secret')", ("bcrypt",)) == ["bcrypt"]

@@ -17,10 +17,10 @@ from fakes.fake_pynvml import (
 )
 from smlens import model as m
 from smlens import names as n
-from smlens.backends.nvml import open_nvml_backends
-from smlens.instance_fold import InstanceTotals, fold_instances
+from smlens.sources.nvml.backend import open_nvml_backends
+from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 from smlens.model import GpuIdentity, InstanceReading, Reading
-from smlens.nvml.session import MIG_RESCAN_INTERVAL
+from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY

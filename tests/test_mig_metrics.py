@@ -16,14 +16,14 @@ from starlette.testclient import TestClient
 from conftest import ExporterFactory
 from fakes.fake_kubelet import FakeKubelet, pod
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
-from smlens import thresholds
-from smlens.app import Publisher, create_app
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
 from smlens.attribution.devices import DeviceMap
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
-from smlens.backends.nvml import open_nvml_backends
-from smlens.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
-from smlens.sampler import Sampler
+from smlens.sources.nvml.backend import open_nvml_backends
+from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
+from smlens.pipeline.sampler import Sampler
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
@@ -158,7 +158,7 @@ def test_each_instance_carries_the_pod_that_holds_its_mig_device(
         ]
     )
     exporter = Exporter(node)
-    session = NvmlSession()  # attribution's own, as smlens.attribution.setup makes it
+    session = NvmlSession()  # attribution's own, as smlens.pipeline.attribution makes it
     session.acquire(kubelet)
     source = PodResourcesSource(
         PodResourcesClient(kubelet.socket, 2.0),

@@ -7,9 +7,9 @@ import pytest
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens.model import GpuIdentity, MigInstance
-from smlens.nvml.calls import Absent
-from smlens.nvml.mig import MigDevice, scan
-from smlens.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
+from smlens.sources.nvml.calls import Absent
+from smlens.sources.nvml.mig import MigDevice, scan
+from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
 
 PLAIN, SPLIT = "GPU-00000000-1111-2222-3333-444444444444", "GPU-11111111-1111-2222-3333-444444444444"
 GPUS = [GpuIdentity(0, PLAIN, "NVIDIA H200"), GpuIdentity(1, SPLIT, "NVIDIA H200")]

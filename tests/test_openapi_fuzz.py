@@ -15,14 +15,14 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import status_code_conformance
 
-from smlens import thresholds
-from smlens.admin import profiling_router
-from smlens.app import Publisher, create_app
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.sampler import Sampler
-from smlens.serving.guard import PROBES, Guard
-from smlens.serving.webconfig import web_config_from
-from smlens.status.history import History
+from smlens.verdicts import thresholds
+from smlens.web.admin import profiling_router
+from smlens.web.app import Publisher, create_app
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.pipeline.sampler import Sampler
+from smlens.web.guard import PROBES, Guard
+from smlens.web.webconfig import web_config_from
+from smlens.web.status.history import History
 
 TOKEN = "a-token-of-more-than-16-characters"
 AUTH = {"Authorization": "Basic cHJvbWV0aGV1czpzY3JhcGU="}  # prometheus:scrape

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS, SM_ELAPSED, TENSOR_ACTIVE
 from smlens.profile.recording import Recording, RecordingError

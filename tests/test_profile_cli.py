@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool, run_cli
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.cli import main
 from smlens.profile import analysis
 from smlens.profile.recording import Recording

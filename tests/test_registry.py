@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import smlens.backends
+import smlens.sources
 from conftest import run_cli
 from smlens import cli
-from smlens.backends.base import Backend, ProfilingControl
-from smlens.backends.registry import KINDS, Opened
-from smlens.backends.sim import Scenario, SimBackend
-from smlens.config import options, resolve
+from smlens.sources.base import Backend, ProfilingControl
+from smlens.sources.registry import KINDS, Opened
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.settings import options, resolve
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity, Reading
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 
 def test_backend_choices_come_from_the_registry() -> None:
@@ -29,8 +29,8 @@ def test_backend_choices_come_from_the_registry() -> None:
 
 def test_the_backends_import_no_higher_layer() -> None:
     """Not even for type checking: the registry reads the settings through its own Protocol."""
-    higher = ("smlens.config", "smlens.cli", "smlens.runtime", "smlens.app", "smlens.sampler")
-    for module in Path(smlens.backends.__file__).parent.glob("*.py"):
+    higher = ("smlens.settings", "smlens.cli", "smlens.pipeline.build", "smlens.web.app", "smlens.pipeline.sampler")
+    for module in Path(smlens.sources.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             names = (
                 [node.module or ""]

@@ -86,7 +86,7 @@ def test_sdist_and_wheel_build_pass_twine_check_and_install(tmp_path: Path) -> N
     )
     assert twine.returncode == 0, twine.stdout + twine.stderr
     assert twine.stdout.count("PASSED") == 2
-    shipped = {"smlens/thresholds.yaml", "smlens/py.typed", "smlens/status/static/status.js"}
+    shipped = {"smlens/verdicts/thresholds.yaml", "smlens/py.typed", "smlens/web/status/static/status.js"}
     with zipfile.ZipFile(wheel) as archive:
         assert shipped <= set(archive.namelist())
     with tarfile.open(sdist) as archive:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO, require_tool
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.bundle import files, rules
 
 RULES_DIR = REPO / "rules"

@@ -7,9 +7,9 @@ from types import ModuleType
 import pytest
 
 from fakes.fake_pynvml import FakeGpu, install
-from smlens.config import resolve
+from smlens.settings import resolve
 from smlens.errors import BackendUnavailable
-from smlens.runtime import build_sampler
+from smlens.pipeline.build import build_sampler
 
 HOPPER, AMPERE = "GPU-11111111-0000-0000-0000-000000000000", "GPU-22222222-0000-0000-0000-000000000000"
 

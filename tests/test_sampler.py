@@ -8,13 +8,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smlens import model as m
 from smlens import names as n
-from smlens import sampler as sampler_module
-from smlens.backends.base import Backend, Captured, DeviceSource, finish
-from smlens.backends.sim import Scenario, SimBackend
+from smlens.pipeline import sampler as sampler_module
+from smlens.sources.base import Backend, Captured, DeviceSource, finish
+from smlens.sources.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
-from smlens.exposition import Exposition
+from smlens.exposition.rendered import Exposition
 from smlens.model import Activity, GpuIdentity, Reading
-from smlens.sampler import Sampler
+from smlens.pipeline.sampler import Sampler
 
 
 class Clock:
@@ -224,7 +224,7 @@ def test_a_backend_is_charged_for_its_read_not_for_logging_its_failure(
     sampler, devices, clock = make()
     sampler.tick()
     devices.lost.add(1)
-    monkeypatch.setattr("smlens.sampler.log.error", lambda *args: setattr(clock, "now", clock.now + 100.0))
+    monkeypatch.setattr("smlens.pipeline.sampler.log.error", lambda *args: setattr(clock, "now", clock.now + 100.0))
     snap = advance(sampler, clock, 1.0)
     (dev,) = (b for b in snap.backends if b.name == "dev")
     assert dev.last_duration_seconds < 1.0
@@ -244,7 +244,7 @@ class XidSource(Devices):
 
 
 def test_xid_label_values_are_bounded_by_the_catalog() -> None:
-    from smlens.collector import SnapshotCollector
+    from smlens.exposition.collector import SnapshotCollector
     from smlens.textformat import render
 
     clock = Clock()

@@ -1,4 +1,4 @@
-"""The sampler captures every tick and publishes captured ticks in batches (smlens.sampler): through the
+"""The sampler captures every tick and publishes captured ticks in batches (smlens.pipeline.sampler): through the
 real nvml and gpm backends on the fake pynvml, batched publishing must give the snapshots that publishing
 every tick gives, failures and a GPU lost mid-batch included, and a reader must see every captured tick."""
 
@@ -16,15 +16,15 @@ from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
-from smlens import sampler as sampler_module
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.backends.nvml import open_nvml_backends
-from smlens.backends.sim import Scenario, SimBackend
+from smlens.pipeline import sampler as sampler_module
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.sources.nvml.backend import open_nvml_backends
+from smlens.sources.sim import Scenario, SimBackend
 from smlens.errors import SmlensError
 from smlens.model import Snapshot
-from smlens.sampler import PUBLISH_EVERY_TICKS, Sampler
-from smlens.status.history import History
+from smlens.pipeline.sampler import PUBLISH_EVERY_TICKS, Sampler
+from smlens.web.status.history import History
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY

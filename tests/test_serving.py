@@ -24,9 +24,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from conftest import REPO, free_port, require_tool, run_cli
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.status.history import History
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.web.status.history import History
 from test_process_metrics import PROCESS_FAMILIES
 from tls_support import Issued, TestCA
 
@@ -453,7 +453,7 @@ def test_unresolvable_host_and_bad_web_config_get_one_sentence(tmp_path: Path) -
 
 
 def test_basic_credentials_parsing() -> None:
-    from smlens.serving.guard import basic_credentials
+    from smlens.web.guard import basic_credentials
 
     token = base64.b64encode(b"user:pa:ss")
     assert basic_credentials(b"Basic " + token) == (b"user", b"pa:ss")
@@ -466,8 +466,8 @@ def test_accept_errors_are_counted_and_logged_at_most_once_a_minute(caplog: pyte
     import asyncio
     import errno
 
-    from smlens.serving.connections import Limits
-    from smlens.serving.server import WebServer
+    from smlens.web.connections import Limits
+    from smlens.web.server import WebServer
 
     now = [0.0]
     with socket.socket() as sock:

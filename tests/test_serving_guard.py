@@ -10,9 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from smlens.routing import PlainTextResponse, Route, Router
-from smlens.serving import guard
-from smlens.serving.guard import Guard
-from smlens.serving.webconfig import check_password, web_config_from
+from smlens.web import guard
+from smlens.web.guard import Guard
+from smlens.web.webconfig import check_password, web_config_from
 
 OK = Router(
     [Route(path, lambda _: PlainTextResponse("OK")) for path in ("/metrics", "/-/healthy", "/-/ready")]

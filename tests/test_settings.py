@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from smlens import thresholds
-from smlens.admin import read_token
-from smlens.backends.sim import load_scenario
-from smlens.config import CheckSettings, Option, ServeSettings, resolve
+from smlens.verdicts import thresholds
+from smlens.web.admin import read_token
+from smlens.sources.sim import load_scenario
+from smlens.settings import CheckSettings, Option, ServeSettings, resolve
 from smlens.errors import ConfigError
 from smlens.names import MAX_SIM_GPUS
 
@@ -272,7 +272,7 @@ def test_a_token_file_others_can_read_draws_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, warns: bool
 ) -> None:
     path = token_file(tmp_path, b"a-long-enough-secret-token\n", mode)
-    with caplog.at_level(logging.WARNING, logger="smlens.admin"):
+    with caplog.at_level(logging.WARNING, logger="smlens.web.admin"):
         read_token(path)
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == (

@@ -6,7 +6,7 @@ import pytest
 
 from smlens import model as m
 from smlens import names as n
-from smlens.backends.sim import DEFAULT_LAYOUT, Scenario, SimBackend, load_scenario
+from smlens.sources.sim import DEFAULT_LAYOUT, Scenario, SimBackend, load_scenario
 from smlens.errors import ConfigError
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.attribution.setup import build_refresher
-from smlens.backends.sim import PROFILES, Phase, Scenario, SimBackend
-from smlens.config import resolve
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.pipeline.attribution import build_refresher
+from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
+from smlens.settings import resolve
 from smlens.model import Allocation, Attribution, GpuIdentity, Reading, Workload
-from smlens.sampler import Sampler
-from smlens.status import history as history_module
-from smlens.status.history import MAX_VALUES_PER_ANSWER, History
+from smlens.pipeline.sampler import Sampler
+from smlens.web.status import history as history_module
+from smlens.web.status.history import MAX_VALUES_PER_ANSWER, History
 
 LIMITS = thresholds.load()
 STATIC = Path(history_module.__file__).parent / "static"

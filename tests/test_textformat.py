@@ -24,12 +24,12 @@ from prometheus_client.utils import floatToGoString
 
 from smlens.attribution.podnames import PodNames
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
-from smlens.backends.sim import load_scenario
-from smlens.collector import SnapshotCollector
-from smlens.exposition import Exposition
+from smlens.sources.sim import load_scenario
+from smlens.exposition.collector import SnapshotCollector
+from smlens.exposition.rendered import Exposition
 from smlens.metricfamily import CounterMetricFamily, GaugeMetricFamily, Metric
 from smlens.model import Allocation, Attribution, Snapshot, SourceState, Workload, WorkloadUsage
-from smlens.serving.stats import ServingStats
+from smlens.web.stats import ServingStats
 from smlens.textformat import OPENMETRICS_EOF, format_value, render
 from test_golden import sampled
 from test_lean_imports import loaded

@@ -24,9 +24,9 @@ from bench.truth.workloads import Running, Workload, rate
 from conftest import GPU_ONLY
 
 HAS_GPU = shutil.which("nvidia-smi") is not None and importlib.util.find_spec("cupy") is not None
-# The simulated node's GPUs have 132 SMs of 64 warps (smlens.backends.sim).
+# The simulated node's GPUs have 132 SMs of 64 warps (smlens.sources.sim).
 SIM_LIMITS = DeviceLimits("sim", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, None)
-SIM_IDLE_GPU, SIM_SINGLE_SM_GPU, SIM_HEALTHY_GPU = 6, 2, 0  # smlens.backends.sim.DEFAULT_LAYOUT
+SIM_IDLE_GPU, SIM_SINGLE_SM_GPU, SIM_HEALTHY_GPU = 6, 2, 0  # smlens.sources.sim.DEFAULT_LAYOUT
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from smlens import names as n
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.errors import ConfigError
-from smlens.verdict import judge
+from smlens.verdicts.judge import judge
 
 LIMITS = thresholds.load()
 

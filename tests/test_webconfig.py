@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smlens.errors import ConfigError
-from smlens.serving.webconfig import PLAIN, load_web_config, web_config_from
-from smlens.serving.webconfig_file import go_duration
+from smlens.web.webconfig import PLAIN, load_web_config, web_config_from
+from smlens.web.webconfig_file import go_duration
 from tls_support import TestCA
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()

@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from smlens import __version__, thresholds
+from smlens import __version__
+from smlens.verdicts import thresholds
 from smlens.bundle.files import GENERATORS
-from smlens.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
+from smlens.verdicts.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "smlens"

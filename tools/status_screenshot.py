@@ -21,14 +21,14 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from smlens import thresholds
-from smlens.app import Publisher, create_app
-from smlens.attribution.setup import build_refresher
-from smlens.backends.sim import PROFILES, Phase, Scenario, SimBackend
-from smlens.config import resolve
-from smlens.sampler import Sampler
-from smlens.serving.http11 import Http11
-from smlens.status.history import WINDOW_SECONDS, History
+from smlens.verdicts import thresholds
+from smlens.web.app import Publisher, create_app
+from smlens.pipeline.attribution import build_refresher
+from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
+from smlens.settings import resolve
+from smlens.pipeline.sampler import Sampler
+from smlens.web.http11 import Http11
+from smlens.web.status.history import WINDOW_SECONDS, History
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -56,7 +56,7 @@ def say(message: str) -> None:
 
 def utilization_interval() -> float:
     """Seconds between the nvml backend's reads of NVML's utilization samples (0: every tick)."""
-    from smlens.backends import nvml
+    from smlens.sources.nvml import backend as nvml
 
     return float(getattr(nvml, "DEFAULT_UTILIZATION_INTERVAL", 0.0))
 
@@ -178,7 +178,7 @@ def _measure(
 
 
 def _gpm_request_outcome() -> Outcome:
-    from smlens.backends.gpm import METRICS
+    from smlens.sources.nvml.gpm import METRICS
 
     names = [metric.removeprefix("NVML_GPM_METRIC_") for _, metric in METRICS]
     return Outcome(

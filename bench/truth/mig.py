@@ -114,10 +114,10 @@ def judge(
 
 def _layout(gpu_index: int) -> tuple[str, int, tuple[MigInstance, ...]]:
     """The GPU's UUID, SM count and MIG instances, through smlens' own NVML layer."""
-    from smlens.backends.nvml import NvmlBackend
+    from smlens.sources.nvml.backend import NvmlBackend
     from smlens.errors import BackendUnavailable
-    from smlens.nvml.calls import Absent
-    from smlens.nvml.session import NvmlSession
+    from smlens.sources.nvml.calls import Absent
+    from smlens.sources.nvml.session import NvmlSession
 
     session = NvmlSession()
     backend = NvmlBackend(session)

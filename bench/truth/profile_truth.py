@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from smlens import thresholds
+from smlens.verdicts import thresholds
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
 

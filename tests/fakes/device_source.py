@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from smlens import names as n
-from smlens.backends.base import DeviceSource
+from smlens.sources.base import DeviceSource
 from smlens.model import Activity, GpuIdentity, Reading
 
 

@@ -24,8 +24,8 @@ from smlens.attribution.podnames import DEFAULT_LOG_DIR, NO_NAMES, PodNames
 from smlens.attribution.refresher import PROCESSES
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import GpuIdentity, Workload, WorkloadUsage
-from smlens.nvml.calls import Absent, call, describe, nvml_module
-from smlens.nvml.session import NvmlSession
+from smlens.sources.nvml.calls import Absent, call, describe, nvml_module
+from smlens.sources.nvml.session import NvmlSession
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from typing import Any
 
 from smlens.attribution.refresher import SIM
 from smlens.errors import ConfigError
+from smlens.files import read_yaml
 from smlens.model import Allocation, GpuIdentity, Workload
-from smlens.yamlfile import read_yaml
 
 EXCLUSIVE_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"

@@ -10,9 +10,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from smlens import thresholds
 from smlens.bundle.files import GENERATORS
 from smlens.errors import SmlensError
+from smlens.verdicts import thresholds
 
 
 def write(directory: Path, files: Mapping[str, str]) -> None:

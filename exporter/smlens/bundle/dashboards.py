@@ -47,7 +47,7 @@ from smlens.bundle.rules import (
     sum_name,
     unprofiled_name,
 )
-from smlens.thresholds import Thresholds
+from smlens.verdicts.thresholds import Thresholds
 
 STAT_OPTIONS = {
     "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},

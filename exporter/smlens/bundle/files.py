@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from smlens.bundle import alertmanager, dashboards, dcgm_exporter, rules
-from smlens.thresholds import Thresholds
+from smlens.verdicts.thresholds import Thresholds
 
 
 def rule_files(t: Thresholds) -> dict[str, str]:

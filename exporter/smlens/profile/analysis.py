@@ -21,7 +21,7 @@ import numpy as np
 
 from smlens.profile.counters import RATIOS, ratio
 from smlens.profile.recording import Recording
-from smlens.thresholds import Thresholds
+from smlens.verdicts.thresholds import Thresholds
 
 IDLE, PARTIAL, HOLLOW, WORKING = 0, 1, 2, 3
 CLASS_NAMES = ("idle", "partial", "hollow", "working")
@@ -60,7 +60,7 @@ def series(recording: Recording) -> Series:
 
 
 def classify(s: Series, t: Thresholds) -> np.ndarray:
-    """Each sample's class, by the verdict's rule (smlens.verdict.judge) with busy as its utilization."""
+    """Each sample's class, by the verdict's rule (smlens.verdicts.judge.judge) with busy as its utilization."""
     classes = np.full(len(s), WORKING, dtype=np.int8)
     classes[(s.busy >= t.busy_utilization) & (s.sm_active <= t.hollow_sm_active)] = HOLLOW
     classes[s.busy < t.busy_utilization] = PARTIAL

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smlens import thresholds
 from smlens.errors import SmlensError
+from smlens.verdicts import thresholds
 
 if TYPE_CHECKING:
     from smlens.profile.recording import Recording

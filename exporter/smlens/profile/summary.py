@@ -10,7 +10,7 @@ import numpy as np
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS
 from smlens.profile.recording import Recording
-from smlens.thresholds import Thresholds
+from smlens.verdicts.thresholds import Thresholds
 
 
 def summarize(recording: Recording, t: Thresholds) -> dict[str, Any]:

@@ -61,7 +61,7 @@ The thresholds the rules and dashboards use, as YAML (callers read it back with 
 smlens' thresholds.yaml under files/, then the job name that this chart's monitor gives the exporters
 (so the exporter-down alert finds them whatever the release is called), then .Values.thresholds.
 */}}
-{{- define "smlens.thresholds" -}}
+{{- define "smlens.verdicts.thresholds" -}}
 {{- $shipped := .Files.Get "files/thresholds.yaml" | fromYaml }}
 {{- $job := include "smlens.fullname" . }}
 {{- if and .Values.podMonitor.enabled (not .Values.serviceMonitor.enabled) }}

@@ -1,0 +1,2 @@
+"""Data sources: the :class:`~smlens.sources.base.Backend` interface, the registry of kinds, and one module
+(or package) per source."""

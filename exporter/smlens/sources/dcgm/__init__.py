@@ -1,0 +1,1 @@
+"""DCGM as a source: NVIDIA's bindings, the backend over a hostengine, and its MIG hierarchy."""
