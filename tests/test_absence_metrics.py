@@ -22,7 +22,8 @@ from conftest import ExporterFactory
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
 from smlens.sources.dcgm.backend import open_dcgm_backend
 from smlens.sources.sim import SimBackend, load_scenario
 from smlens.exposition.collector import PLAIN_GAUGES, RATIO_GAUGES

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import FastAPI
 from starlette.testclient import TestClient
 
-from smlens.web.admin import profiling_router
-from smlens.web.app import App
 from smlens.errors import BackendError, ConfigError
+from smlens.web.admin import add_profiling_admin
 
 TOKEN = "s3cret-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -35,8 +35,8 @@ class Control:
 
 
 def client(control: Control) -> TestClient:
-    app = App()
-    app.include_router(profiling_router(control, TOKEN))
+    app = FastAPI()
+    add_profiling_admin(app, control, TOKEN)
     return TestClient(app)
 
 
@@ -84,13 +84,13 @@ def test_backend_failures_are_one_sentence_and_a_status(reason: str, status: int
 
 def test_weak_token_is_refused() -> None:
     with pytest.raises(ConfigError, match="at least 16 characters"):
-        profiling_router(Control(), "short")
+        add_profiling_admin(FastAPI(), Control(), "short")
 
 
 @pytest.mark.parametrize("token", ["ключ-доступа-16+символов", "tab\tinside-0123456789"])
 def test_a_token_no_client_can_send_as_configured_is_refused(token: str) -> None:
     with pytest.raises(ConfigError, match="printable ASCII"):
-        profiling_router(Control(), token)
+        add_profiling_admin(FastAPI(), Control(), token)
 
 
 def test_a_header_with_bytes_beyond_ascii_is_denied_not_an_error() -> None:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import gzip
+import time
+from collections.abc import Callable
 
 from starlette.testclient import TestClient
 
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
 from smlens.sources.sim import Scenario, SimBackend
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
@@ -19,8 +22,8 @@ def sampled(ticks: int = 3) -> Snapshot:
     return snap
 
 
-def client(publisher: Publisher, alive: bool = True) -> TestClient:
-    return TestClient(create_app(publisher, thresholds.load(), lambda: alive))
+def client(publisher: Publisher, alive: bool = True, wall: Callable[[], float] = time.time) -> TestClient:
+    return TestClient(create_app(publisher, thresholds.load(), lambda: alive, wall=wall))
 
 
 def test_not_ready_and_503_until_a_first_sample() -> None:
@@ -35,10 +38,11 @@ def test_not_ready_and_503_until_a_first_sample() -> None:
 def test_ready_turns_false_when_the_snapshot_goes_stale() -> None:
     publisher = Publisher()
     publisher.publish(sampled())
-    c = client(publisher)
-    assert c.get("/-/ready").status_code == 200
     assert publisher.current is not None
-    publisher.current._wall = lambda: publisher.current.snapshot.taken_at + 60  # type: ignore[union-attr]
+    now = [publisher.current.snapshot.taken_at]
+    c = client(publisher, wall=lambda: now[0])
+    assert c.get("/-/ready").status_code == 200
+    now[0] += 60
     stale = c.get("/-/ready")
     assert stale.status_code == 503 and "sampling stalled" in stale.text
 

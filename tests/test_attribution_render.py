@@ -23,7 +23,7 @@ from smlens.model import (
     WorkloadUsage,
 )
 from smlens.pipeline.sampler import Sampler
-from smlens.textformat import render as render_text
+from prometheus_client import CollectorRegistry, generate_latest
 
 A = Workload("ml", "a", "main")
 B = Workload("ml", "b", "main")
@@ -41,7 +41,9 @@ def snapshot_with(attribution: Attribution) -> Snapshot:
 
 def render(snapshot: Snapshot) -> dict[str, list[dict[str, str]]]:
     found: dict[str, list[dict[str, str]]] = {}
-    text = render_text(SnapshotCollector(snapshot).collect(), openmetrics=False).decode()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    text = generate_latest(registry).decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found.setdefault(sample.name, []).append({**sample.labels, "value": str(sample.value)})

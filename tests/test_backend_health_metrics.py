@@ -11,7 +11,8 @@ from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, install
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
 from smlens.settings import resolve
 from smlens.pipeline.build import build_sampler
 

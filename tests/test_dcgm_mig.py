@@ -16,9 +16,11 @@ from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
-from smlens.sources.dcgm.backend import WATCH_RETRY_SECONDS, DcgmBackend
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
+from smlens.sources.dcgm.backend import DcgmBackend
 from smlens.sources.dcgm.mig import GiEntity, match_instances, profile_slices
+from smlens.sources.dcgm.watches import WATCH_RETRY_SECONDS
 from smlens.sources.registry import KINDS
 from smlens.model import MigInstance
 from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL
@@ -227,7 +229,7 @@ def test_an_instance_dcgm_returns_blank_for_is_absent_never_zero(node: Node) -> 
 def test_an_instance_dcgm_will_not_watch_stays_absent_and_is_retried(
     monkeypatch: pytest.MonkeyPatch, fake_dcgm: ModuleType, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="smlens.sources.dcgm.backend")
+    caplog.set_level(logging.DEBUG, logger="smlens.sources.dcgm.instances")
     refused = fake_dcgm.S.DCGM_ST_PROFILING_NOT_SUPPORTED
     node = Node(monkeypatch, fake_dcgm, **{"13": {"profiling_error": refused}})
     node.tick()

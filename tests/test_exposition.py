@@ -8,7 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from conftest import require_tool
 from smlens.sources.sim import Scenario, SimBackend
-from smlens.exposition.rendered import Exposition
+from smlens.exposition.live import SnapshotAge, live_registry, render_live
+from smlens.exposition.rendered import Rendered
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
 
@@ -40,14 +41,14 @@ def samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_text_body_passes_promtool_check_metrics() -> None:
     promtool = require_tool("promtool")
-    body = Exposition(snapshot()).respond(openmetrics=False, gzip=False).body
+    body = Rendered(snapshot()).answer(openmetrics=False, gzip=False, live=b"").body
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == b"" and result.stderr == b""
 
 
 def test_every_gpu_series_has_gpu_uuid_hostname_and_ratios_in_range() -> None:
-    body = Exposition(snapshot()).respond(openmetrics=False, gzip=False).body.decode()
+    body = Rendered(snapshot()).answer(openmetrics=False, gzip=False, live=b"").body.decode()
     parsed = samples(body)
     gpu_series = [(name, dict(labels)) for name, labels in parsed if name.startswith("gpu_")]
     assert gpu_series
@@ -63,7 +64,7 @@ def test_every_gpu_series_has_gpu_uuid_hostname_and_ratios_in_range() -> None:
 
 
 def test_counters_are_the_integrals_and_coverage_is_their_denominator() -> None:
-    parsed = samples(Exposition(snapshot(ticks=5)).respond(openmetrics=False, gzip=False).body.decode())
+    parsed = samples(Rendered(snapshot(ticks=5)).answer(openmetrics=False, gzip=False, live=b"").body.decode())
     by_gpu = {dict(labels)["gpu"]: {} for (_, labels) in parsed if "gpu" in dict(labels)}
     for (name, labels), value in parsed.items():
         if "gpu" in dict(labels):
@@ -76,13 +77,16 @@ def test_counters_are_the_integrals_and_coverage_is_their_denominator() -> None:
 
 
 def test_openmetrics_and_gzip_bodies_parse_and_carry_the_age() -> None:
-    exposition = Exposition(snapshot(), wall=lambda: 1_700_000_002.5)
-    om = exposition.respond(openmetrics=True, gzip=True)
+    rendered = Rendered(snapshot())
+    live = live_registry(SnapshotAge(lambda: rendered.snapshot, wall=lambda: 1_700_000_002.5))
+    om = rendered.answer(openmetrics=True, gzip=True, live=render_live(live, openmetrics=True))
     assert om.content_type.startswith("application/openmetrics-text")
     text = gzip.decompress(om.body).decode()
-    assert text.endswith("smlens_snapshot_age_seconds 2.500\n# EOF\n")
+    assert text.endswith("smlens_snapshot_age_seconds 2.5\n# EOF\n") and text.count("# EOF") == 1
+    assert "process_resident_memory_bytes " in text
     families = {f.name: f for f in parse_openmetrics(text)}
     assert families["gpu_busy_seconds"].type == "counter"
-    plain = exposition.respond(openmetrics=False, gzip=True)
-    assert gzip.decompress(plain.body) == exposition.respond(openmetrics=False, gzip=False).body
+    tail = render_live(live, openmetrics=False)
+    plain = rendered.answer(openmetrics=False, gzip=True, live=tail)
+    assert gzip.decompress(plain.body) == rendered.answer(openmetrics=False, gzip=False, live=tail).body
     assert plain.content_type.startswith("text/plain; version=0.0.4")

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from smlens.sources.sim import Scenario, SimBackend, load_scenario
-from smlens.exposition.rendered import Exposition
+from prometheus_client import CollectorRegistry
+
+from smlens.exposition.live import SnapshotAge, render_live
+from smlens.exposition.rendered import Rendered
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
 
@@ -53,8 +56,11 @@ def sampled(scenario: Scenario, hostname: str = "golden-node") -> Snapshot:
 
 
 def render(scenario: Scenario) -> str:
-    exposition = Exposition(sampled(scenario), wall=lambda: 1_800_000_004.0)
-    text = exposition.respond(openmetrics=False, gzip=False).body.decode()
+    snapshot = sampled(scenario)
+    live = CollectorRegistry(auto_describe=False)
+    live.register(SnapshotAge(lambda: snapshot, wall=lambda: 1_800_000_004.0))
+    tail = render_live(live, openmetrics=False)
+    text = Rendered(snapshot).answer(openmetrics=False, gzip=False, live=tail).body.decode()
     # Timing and runtime-version values differ per machine: keep the series, blank the value.
     return "".join(
         (line.rsplit(" ", 1)[0] + " <volatile>\n") if line.startswith(VOLATILE) else line + "\n"

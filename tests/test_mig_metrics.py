@@ -17,7 +17,8 @@ from conftest import ExporterFactory
 from fakes.fake_kubelet import FakeKubelet, pod
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
 from smlens.attribution.devices import DeviceMap
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher

@@ -12,7 +12,7 @@ from smlens.pipeline import sampler as sampler_module
 from smlens.sources.base import Backend, Captured, DeviceSource, finish
 from smlens.sources.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
-from smlens.exposition.rendered import Exposition
+from smlens.exposition.rendered import Rendered
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.pipeline.sampler import Sampler
 
@@ -244,8 +244,6 @@ class XidSource(Devices):
 
 
 def test_xid_label_values_are_bounded_by_the_catalog() -> None:
-    from smlens.exposition.collector import SnapshotCollector
-    from smlens.textformat import render
 
     clock = Clock()
     sampler = Sampler(XidSource(), [], hostname="node-a", interval=1.0, clock=clock)
@@ -258,7 +256,7 @@ def test_xid_label_values_are_bounded_by_the_catalog() -> None:
     assert totals["13"] == 500 + (13 in catalog_codes)
     assert sum(totals.values()) == 1000
     assert [n.xid_label(code) for code in (0, 1, 172, 173)] == ["other", "1", "172", "other"]
-    text = render(SnapshotCollector(snapshot).collect(), openmetrics=False).decode()
+    text = Rendered(snapshot).answer(openmetrics=False, gzip=False, live=b"").body.decode()
     lines = [line for line in text.splitlines() if line.startswith("gpu_xid") and 'uuid="GPU-0"' in line]
     assert len(lines) == len(totals) <= n.XID_CATALOG_LAST + 1
     assert lines[-1].endswith(f'xid="other"}} {float(totals["other"])}')
@@ -307,46 +305,23 @@ def running(burner: Burner) -> Sampler:
     return sampler
 
 
-def wait_for_captures(sampler: Sampler, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while sampler.progress()[0] < count and time.monotonic() < deadline:
+def wait_for_sequence(sampler: Sampler, count: int) -> Snapshot:
+    deadline = time.monotonic() + 20
+    while (sampler.latest is None or sampler.latest.sequence < count) and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert sampler.latest is not None and sampler.latest.sequence >= count, "the sampler did not tick"
+    return sampler.latest
 
 
-THREAD_CLOCK = pytest.param(
-    True,
-    id="thread_clock",
-    marks=pytest.mark.skipif(
-        not hasattr(time, "pthread_getcpuclockid"),
-        reason="this Python cannot read another thread's CPU clock",
-    ),
-)
-
-
-@pytest.mark.parametrize("thread_clock", [THREAD_CLOCK, pytest.param(False, id="no_thread_clock")])
-def test_sampling_cpu_counts_the_threads_captures_and_the_publishing_on_other_threads(
-    thread_clock: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not thread_clock:  # as on macOS: the sampler's thread notes its CPU time after each tick
-        monkeypatch.delattr(time, "pthread_getcpuclockid", raising=False)
-    lag = 0 if thread_clock else 1  # a capture whose note is not yet made
+def test_the_sampler_thread_counts_each_ticks_capture_and_decoding_once() -> None:
     burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
     sampler = running(burner)
     try:
-        wait_for_captures(sampler, 6)
-        first = sampler.publish()  # on this thread: its decoding counts here, the captures on the sampler's
-        wait_for_captures(sampler, 12)
-        second = sampler.publish()
+        latest = wait_for_sequence(sampler, 6)
     finally:
         sampler.close()
-    assert first is not None and second is not None
-    captures = burner.captures
-    assert first.sequence >= 6 and second.sequence >= 12
-    assert first.sampler_cpu_seconds_total >= (first.sequence - lag) * 0.01 + first.sequence * 0.005
-    assert second.sampler_cpu_seconds_total >= (second.sequence - lag) * 0.01 + second.sequence * 0.005
-    # At most every capture made so far, the decoding of those published, and the loop's own small cost.
-    assert second.sampler_cpu_seconds_total <= captures * 0.01 + second.sequence * 0.005 + 0.05
-    assert second.sampler_cpu_seconds_total > first.sampler_cpu_seconds_total
+    # Each tick's capture and decoding are done when its snapshot is built; the loop adds little.
+    assert latest.sequence * 0.015 <= latest.sampler_cpu_seconds_total <= latest.sequence * 0.015 + 0.03
 
 
 def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu_on_metrics() -> None:
@@ -355,7 +330,7 @@ def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu_on_metrics()
     sampler.open()
     totals = []
     for _ in range(3):
-        body = Exposition(sampler.tick()).respond(openmetrics=False, gzip=False).body.decode()
+        body = Rendered(sampler.tick()).answer(openmetrics=False, gzip=False, live=b"").body.decode()
         (family,) = [
             f for f in text_string_to_metric_families(body) if f.name == "smlens_sampler_cpu_seconds"
         ]
@@ -365,33 +340,20 @@ def test_tick_counts_its_capture_and_its_publishing_as_sampling_cpu_on_metrics()
     assert totals[2] <= 0.045 + 0.03
 
 
-@pytest.mark.parametrize("batch", [3, 30], ids=["thread_publishes_too", "requests_publish"])
-def test_sampling_cpu_after_close_is_every_capture_and_decoding_once(
-    batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Exact, so that publishing counted twice (on the sampler's thread or elsewhere) fails it."""
-    monkeypatch.setattr(sampler_module, "PUBLISH_EVERY_TICKS", batch)
-    burner = Burner(capture_cpu=0.01, decode_cpu=0.005)
-    sampler = running(burner)
-    try:
-        wait_for_captures(sampler, 7)
-        first = sampler.publish()  # on this thread
-    finally:
-        sampler.close()
-    last = sampler.publish()  # the rest, after the thread has ended
-    assert first is not None and last is not None and last.sequence == burner.captures >= 7
-    floor = burner.captures * (0.01 + 0.005)
-    assert floor <= last.sampler_cpu_seconds_total <= floor + 0.02
+def test_a_listeners_work_counts_in_the_next_snapshot() -> None:
+    """Rendering for /metrics is a listener on the sampler's thread: its CPU is sampling CPU too."""
+    sampler = Sampler(Burner(capture_cpu=0.0, decode_cpu=0.0), [], hostname="n", interval=1.0)
+    sampler.open()
+    sampler.subscribe(lambda snapshot: burn(0.02))
+    first = sampler.tick()
+    second = sampler.tick()
+    assert first.sampler_cpu_seconds_total < 0.01
+    assert 0.02 <= second.sampler_cpu_seconds_total - first.sampler_cpu_seconds_total <= 0.03
 
 
-def test_sampling_cpu_never_goes_back_when_a_second_thread_runs() -> None:
+def test_sampling_cpu_never_goes_back_when_ticks_move_to_another_thread() -> None:
     sampler = running(Burner(capture_cpu=0.01, decode_cpu=0.0))
-    wait_for_captures(sampler, 3)
+    before = wait_for_sequence(sampler, 3)
     sampler.close()
-    before = sampler.publish()
-    sampler.start()  # misuse: the stop stays set, so this thread ends at once
-    sampler.close()
-    sampler.tick()
-    after = sampler.publish()
-    assert before is not None and after is not None
+    after = sampler.tick()  # on this thread, after the sampler's has ended
     assert after.sampler_cpu_seconds_total >= before.sampler_cpu_seconds_total + 0.01

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, Router
 from starlette.testclient import TestClient
 
-from smlens.routing import PlainTextResponse, Route, Router
 from smlens.web import guard
 from smlens.web.guard import Guard
 from smlens.web.webconfig import check_password, web_config_from

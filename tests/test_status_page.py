@@ -11,7 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
+from smlens.web.app import create_app
 from smlens.pipeline.attribution import build_refresher
 from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
 from smlens.settings import resolve

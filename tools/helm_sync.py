@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from smlens import __version__
-from smlens.verdicts import thresholds
 from smlens.bundle.files import GENERATORS
+from smlens.verdicts import thresholds
 from smlens.verdicts.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ Debian's (/usr/bin/chromium), driven by Playwright; Pillow shrinks the PNGs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import threading
 import time
@@ -18,16 +17,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import uvicorn
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from smlens.verdicts import thresholds
-from smlens.web.app import Publisher, create_app
+from smlens.exposition.rendered import Publisher
 from smlens.pipeline.attribution import build_refresher
-from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
-from smlens.settings import resolve
 from smlens.pipeline.sampler import Sampler
-from smlens.web.http11 import Http11
+from smlens.settings import resolve
+from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 from smlens.web.status.history import WINDOW_SECONDS, History
 
 CHROMIUM = "/usr/bin/chromium"
@@ -77,29 +77,20 @@ def filled_history(interval: float = 1.0, seconds: float = WINDOW_SECONDS) -> tu
 
 @contextmanager
 def serving(publisher: Publisher, history: History, port: int) -> Iterator[str]:
-    """Serve the app on 127.0.0.1:``port`` in a thread; yields its base URL."""
+    """Serve the app with uvicorn on 127.0.0.1:``port`` in a thread; yields its base URL."""
     app = create_app(publisher, thresholds.load(), lambda: True, history)
-    loop = asyncio.new_event_loop()
-    listening = threading.Event()
-
-    def run() -> None:  # the loop lives in its thread: the caller's may run Playwright's
-        tasks: set[asyncio.Task[None]] = set()
-        server = loop.run_until_complete(
-            loop.create_server(lambda: Http11(app, tasks, loop), "127.0.0.1", port)
-        )
-        listening.set()
-        loop.run_forever()
-        server.close()
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)  # the caller's thread may run Playwright's loop
     thread.start()
     try:
-        if not listening.wait(20):
-            raise RuntimeError(f"the status page server did not start on port {port}")
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError(f"the status page server did not start on port {port}")
+            time.sleep(0.02)
         yield f"http://127.0.0.1:{port}"
     finally:
-        loop.call_soon_threadsafe(loop.stop)
+        server.should_exit = True
         thread.join(timeout=10)
 
 

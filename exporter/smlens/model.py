@@ -176,6 +176,21 @@ class Workload:
     container: str = ""
     slurm_job: str = ""
 
+    def __post_init__(self) -> None:
+        # Names come from file names, which need not be UTF-8 (a lone surrogate from os.listdir): each bad
+        # byte becomes "?" here, so that every answer and the exposition can encode them.
+        for name in ("namespace", "pod", "container", "slurm_job"):
+            object.__setattr__(self, name, valid_text(getattr(self, name)))
+
+
+def valid_text(text: str) -> str:
+    """``text`` with "?" for each character that UTF-8 cannot encode (lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode(errors="replace").decode()
+    return text
+
 
 UNATTRIBUTED = Workload()
 

@@ -102,7 +102,7 @@ def _serve(settings: ServeSettings) -> int:
             live = live_registry(server.stats, SnapshotAge(lambda: sampler.latest))
             sampler.subscribe(publisher.publish)
             sampler.subscribe(history.record)
-            app = create_app(publisher, live, limits, sampler.alive, history)
+            app = create_app(publisher, limits, sampler.alive, history, live)
             if token is not None:
                 add_profiling_admin(app, _admin_control(sampler), token)
             sampler.subscribe(release_after_start_up)

@@ -17,7 +17,8 @@ from prometheus_client.registry import CollectorRegistry
 from smlens.exposition.collector import SnapshotCollector
 from smlens.model import Snapshot
 
-TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST  # text 0.0.4: the format every Prometheus 2.x parses
+# What generate_latest writes for smlens' names: the text format 0.0.4, which every Prometheus 2.x parses.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
 OPENMETRICS_EOF = b"# EOF\n"
 GZIP_LEVEL = 6

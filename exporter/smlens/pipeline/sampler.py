@@ -62,12 +62,13 @@ class _Gpu:
 
 
 class Sampler:
-    """Owns the backends. ``start()`` runs ``background_tick()`` on a thread every interval; ``tick()``
-    is a capture and its publishing at once.
+    """Owns the backends. ``start()`` runs ``tick()`` on a thread every interval; ``tick()`` is a
+    capture and its publishing.
 
-    A tick reads every GPU from every backend that serves it (``capture``); publishing it records each
-    backend's health (:mod:`smlens.pipeline.backend_health`) and folds the readings into state (:mod:`smlens.pipeline.fold`)
-    under the profiling-source choice made at ``open()`` (:mod:`smlens.pipeline.profiling_policy`)."""
+    A tick reads every GPU from every backend that serves it (``_capture``); publishing it records each
+    backend's health (:mod:`~smlens.pipeline.backend_health`) and folds the readings into state
+    (:mod:`~smlens.pipeline.fold`) under the profiling-source choice made at ``open()``
+    (:mod:`~smlens.pipeline.profiling_policy`)."""
 
     def __init__(
         self,

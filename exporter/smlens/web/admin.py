@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from smlens.errors import BackendError, ConfigError
 from smlens.sources.base import ProfilingControl
-from smlens.web.answers import ErrorAnswer, ProfilingRefusal, ProfilingState
+from smlens.web.answers import READ, ErrorAnswer, ProfilingRefusal, ProfilingState
 
 MIN_TOKEN_LENGTH = 16
 
@@ -104,7 +104,7 @@ def add_profiling_admin(app: FastAPI, control: ProfilingControl, token: str) -> 
         return {"paused": control.paused}
 
     # Plain functions: Starlette runs them on its thread pool, so a slow hostengine never blocks /metrics.
-    @router.get("", response_model=ProfilingState)
+    @router.api_route("", methods=READ, response_model=ProfilingState)
     def state() -> dict[str, bool]:
         """Is DCGM profiling paused?"""
         return {"paused": control.paused}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+READ = ["GET", "HEAD"]  # the methods of every route that only reads
+
 
 class ErrorAnswer(BaseModel):
     error: str

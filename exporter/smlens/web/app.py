@@ -15,12 +15,12 @@ from prometheus_client.registry import CollectorRegistry
 
 from smlens import __version__
 from smlens import names as n
-from smlens.exposition.live import render_live
+from smlens.exposition.live import SnapshotAge, live_registry, render_live
 from smlens.exposition.rendered import Publisher
 from smlens.model import GpuState
 from smlens.verdicts.judge import latest as verdict_of
 from smlens.verdicts.thresholds import Thresholds
-from smlens.web.answers import ErrorAnswer, GpusAnswer
+from smlens.web.answers import READ, ErrorAnswer, GpusAnswer
 from smlens.web.status.history import History
 from smlens.web.status.page import STATIC_DIR, StaticAssets, status_router
 
@@ -79,15 +79,19 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
 
 def create_app(
     publisher: Publisher,
-    live: CollectorRegistry,
     thresholds: Thresholds,
     sampler_alive: Callable[[], bool],
     history: History | None = None,
+    live: CollectorRegistry | None = None,
     wall: Callable[[], float] = time.time,
 ) -> FastAPI:
-    """``live`` holds the families rendered per scrape (:mod:`smlens.exposition.live`); ``history`` is the
-    ring the sampler feeds for the status page at ``/``."""
+    """``history`` is the ring the sampler feeds for the status page at ``/``; ``live`` holds the families
+    rendered per scrape (:mod:`smlens.exposition.live`), by default the process' and the snapshot's age."""
     history = History(thresholds) if history is None else history
+    if live is None:
+        live = live_registry(
+            SnapshotAge(lambda: None if publisher.current is None else publisher.current.snapshot)
+        )
     # No interactive docs or OpenAPI route: an exporter serves metrics; the document is app.openapi().
     app = FastAPI(
         title="smlens",
@@ -109,8 +113,9 @@ def create_app(
             return f"latest sample is {age:.1f} s old (limit {limit:.1f} s): sampling stalled"
         return None
 
-    @app.get(
+    @app.api_route(
         "/metrics",
+        methods=READ,
         response_class=Response,
         responses={200: {"description": "the metrics"}, 503: {"description": NO_SAMPLE}},
     )
@@ -130,8 +135,9 @@ def create_app(
             headers["Content-Encoding"] = "gzip"
         return Response(answer.body, media_type=answer.content_type, headers=headers)
 
-    @app.get(
+    @app.api_route(
         "/-/healthy",
+        methods=READ,
         response_class=PlainTextResponse,
         responses={503: {"description": "the sampler thread is not running"}},
     )
@@ -141,8 +147,9 @@ def create_app(
             return PlainTextResponse("sampler thread is not running\n", status_code=503)
         return PlainTextResponse("OK\n")
 
-    @app.get(
+    @app.api_route(
         "/-/ready",
+        methods=READ,
         response_class=PlainTextResponse,
         responses={503: {"description": "the reason in one sentence"}},
     )
@@ -153,8 +160,9 @@ def create_app(
             return PlainTextResponse(reason + "\n", status_code=503)
         return PlainTextResponse("OK\n")
 
-    @app.get(
+    @app.api_route(
         "/api/v1/gpus",
+        methods=READ,
         response_model=GpusAnswer,
         responses={404: {"model": ErrorAnswer}, 503: {"model": ErrorAnswer}},
     )

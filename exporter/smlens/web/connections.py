@@ -10,7 +10,7 @@ useful connection of the address holding the most. Least useful: waiting for a r
 served, then waiting, then the oldest busy one. So one address cannot fill the table, a fresh client
 never waits behind silent or busy ones, and memory stays bounded whatever clients do.
 
-The HTTP/1.1 protocol is :mod:`smlens.web.http11` with these hooks added; TLS is started per
+The HTTP/1.1 protocol is uvicorn's with smlens' deadlines (:mod:`smlens.web.protocol`); TLS is started per
 connection (``loop.start_tls``) with the context in force at accept time, so a reloaded certificate
 applies to the next handshake.
 """

@@ -40,8 +40,7 @@ class GiEntity:
 
 
 # ctypes' own attribute read: NVIDIA's _DcgmStructure.__getattribute__ also decodes bytes and wraps classes on
-# each read, which made parsing a node's hierarchy (up to 448 rows, every tick) 6 times as slow; the
-# numbers read here need neither.
+# each read, which slows parsing a whole node's hierarchy every tick; the numbers read here need neither.
 _read = ctypes.Structure.__getattribute__
 
 

@@ -22,7 +22,7 @@ from starlette.types import Scope
 
 from smlens import __version__
 from smlens.model import GpuState
-from smlens.web.answers import ErrorAnswer, HistoryAnswer
+from smlens.web.answers import READ, ErrorAnswer, HistoryAnswer
 from smlens.web.status.history import MAX_VALUES_PER_ANSWER, SERIES, History, owners
 
 # Same-origin only: the page must work on an air-gapped cluster and must not leak node data.
@@ -63,14 +63,15 @@ def status_router(history: History, describe: Describe) -> APIRouter:
     page = (STATIC_DIR / "index.html").read_bytes()
     router = APIRouter()
 
-    @router.get("/", response_class=HTMLResponse)
+    @router.api_route("/", methods=READ, response_class=HTMLResponse)
     async def status_page() -> HTMLResponse:
         """The status page."""
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
     # A plain function: Starlette runs it on its thread pool, so a full window never blocks /metrics.
-    @router.get(
+    @router.api_route(
         "/api/v1/history",
+        methods=READ,
         response_model=HistoryAnswer,
         responses={422: {"model": ErrorAnswer}, 503: {"model": ErrorAnswer}},
     )
