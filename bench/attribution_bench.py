@@ -36,11 +36,10 @@ sys.path.insert(0, str(REPO / "exporter"))
 
 from smlens.attribution.devices import DeviceMap  # noqa: E402
 from smlens.attribution.refresher import AttributionRefresher  # noqa: E402
-from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
-from smlens.exposition.collector import SnapshotCollector  # noqa: E402
+from smlens.exposition.rendered import Rendered  # noqa: E402
 from smlens.model import GpuIdentity, Snapshot  # noqa: E402
 from smlens.pipeline.sampler import Sampler  # noqa: E402
-from smlens.textformat import render as render_text  # noqa: E402
+from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
 
 HOSTNAME = "bench-node"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
@@ -119,7 +118,7 @@ def sim_snapshot(attribution_source: AttributionRefresher | None) -> Snapshot:
 
 
 def render(snapshot: Snapshot) -> bytes:
-    return render_text(SnapshotCollector(snapshot).collect(), openmetrics=False)
+    return Rendered(snapshot).text.head
 
 
 def exporter_latency(args: list[str], scrapes: int) -> dict[str, float]:

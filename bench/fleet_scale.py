@@ -58,10 +58,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import free_port, wait_ready  # noqa: E402
 from promstack import substitute  # noqa: E402
-from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
-from smlens.exposition.collector import SnapshotCollector  # noqa: E402
+from smlens.exposition.rendered import Rendered  # noqa: E402
 from smlens.pipeline.sampler import Sampler  # noqa: E402
-from smlens.textformat import render as render_text  # noqa: E402
+from smlens.sources.sim import Scenario, SimBackend  # noqa: E402
 
 GPUS = 8
 TEMPLATE_SECONDS = 60
@@ -102,7 +101,7 @@ def template(scrape: float) -> list[Series]:
         now[0] = step * scrape
         snapshot = sampler.tick()
         if step in (1, int(TEMPLATE_SECONDS / scrape)):
-            renders.append(render_text(SnapshotCollector(snapshot).collect(), openmetrics=False).decode())
+            renders.append(Rendered(snapshot).text.head.decode())
     first: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for render, into in zip(renders, (first, last), strict=True):

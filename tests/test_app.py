@@ -58,7 +58,12 @@ def test_metrics_negotiates_openmetrics_and_gzip() -> None:
     plain = c.get("/metrics", headers={"Accept-Encoding": "identity"})
     assert plain.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "gpu_sm_active_ratio{" in plain.text
-    om = c.get("/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
+    accept = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"}
+    first = c.get("/metrics", headers=accept)  # not rendered yet: the text format, which it accepts
+    assert first.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert publisher.current is not None
+    publisher.publish(publisher.current.snapshot)  # the next tick renders what was asked
+    om = c.get("/metrics", headers=accept)
     assert om.headers["content-type"].startswith("application/openmetrics-text")
     assert om.text.endswith("# EOF\n")
     raw = c.get("/metrics", headers={"Accept-Encoding": "gzip"})

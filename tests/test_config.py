@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from smlens.settings import DEFAULT_PORT, resolve
 from smlens.errors import ConfigError
+from smlens.settings import DEFAULT_PORT, resolve
 
 
 def test_defaults() -> None:

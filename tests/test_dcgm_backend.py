@@ -26,13 +26,19 @@ from smlens import names as n
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
 from smlens.model import Activity, GpuIdentity
 from smlens.pipeline.sampler import Sampler
-from smlens.sources.dcgm import fields as dcgm_fields
 from smlens.sources.dcgm import session as dcgm_session
 from smlens.sources.dcgm import watches as dcgm_watches
 from smlens.sources.dcgm.address import HostengineAddress, parse_hostengine
 from smlens.sources.dcgm.backend import DcgmBackend, open_dcgm_backend
 from smlens.sources.dcgm.bindings import BINDING_DIRS, load_bindings
-from smlens.sources.dcgm.fields import MetricGroup, plan_fields
+from smlens.sources.dcgm.fields import (
+    BYTE_RATE_FIELDS,
+    RATIO_FIELDS,
+    WANTED_FIELDS,
+    MetricGroup,
+    passes_needed,
+    plan_fields,
+)
 from smlens.sources.nvml import gpm
 from smlens.web.admin import add_profiling_admin
 
@@ -225,9 +231,9 @@ def test_one_pass_gpu_gives_the_gpm_metric_set(fake: ModuleType) -> None:
     assert set(reading.activity) == {key for key, _ in gpm.RATIO_METRICS}
     assert set(reading.increments) == {key for key, _ in gpm.TRAFFIC_METRICS}
     assert reading.missing == {}
-    for field_id, key in dcgm_fields.RATIO_FIELDS.items():
+    for field_id, key in RATIO_FIELDS.items():
         assert reading.activity[key] == Activity(SAMPLE[field_id] * 1.5, 1.5)
-    for field_id, key in dcgm_fields.BYTE_RATE_FIELDS.items():
+    for field_id, key in BYTE_RATE_FIELDS.items():
         assert reading.increments[key] == pytest.approx(SAMPLE[field_id] * 1.5)
 
 
@@ -359,7 +365,7 @@ def test_hostengine_restart_mid_run(fake: ModuleType) -> None:
         backend.read(gpus()[1], now=12.0)
     assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 1
     reconnected = backend.read(gpus()[0], now=13.0)  # watches again; DCGM has no sample yet
-    assert engine.watched(0) == set(dcgm_fields.WANTED_FIELDS)
+    assert engine.watched(0) == set(WANTED_FIELDS)
     assert reconnected.activity == {} and set(reconnected.missing.values()) == {"no_data"}
     publish_all(engine)
     reading = backend.read(gpus()[0], now=14.0)
@@ -391,7 +397,7 @@ def test_reconnect_backs_off_while_the_hostengine_is_down(fake: ModuleType) -> N
         except BackendError:
             now += 0.5
     assert now - 200.0 <= dcgm_session.RECONNECT_MAX_DELAY
-    assert engine.watched(0) == set(dcgm_fields.WANTED_FIELDS)
+    assert engine.watched(0) == set(WANTED_FIELDS)
 
 
 def test_sampler_shows_dcgm_down_during_a_restart_and_recovers(fake: ModuleType) -> None:
@@ -435,7 +441,7 @@ def test_pause_and_resume(fake: ModuleType) -> None:
     publish_all(engine)  # DCGM stores blanks while paused
     paused = backend.read(gpus()[0], now=11.0)
     assert paused.activity == {} and paused.increments == {}
-    assert paused.missing == {key: "profiling_paused" for key in dcgm_fields.WANTED_FIELDS.values()}
+    assert paused.missing == {key: "profiling_paused" for key in WANTED_FIELDS.values()}
     assert not paused.profiling
     backend.resume_profiling()
     assert not engine.paused and not backend.paused
@@ -563,7 +569,7 @@ def test_timeout_reconnects_like_a_lost_connection(fake: ModuleType) -> None:
     assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 1
     backend.read(gpus()[0], now=12.0)
     assert fake.REGISTRY.calls.count("dcgmConnect_v2") == 2
-    assert len(fake.REGISTRY.connections) == 1 and engine.watched(0) == set(dcgm_fields.WANTED_FIELDS)
+    assert len(fake.REGISTRY.connections) == 1 and engine.watched(0) == set(WANTED_FIELDS)
 
 
 def test_names_are_unique_per_instance_and_carry_the_node(fake: ModuleType) -> None:
@@ -579,7 +585,7 @@ def test_names_are_unique_per_instance_and_carry_the_node(fake: ModuleType) -> N
     assert [g.name for g in engine.field_groups.values()] == [
         n for n in names if n.startswith(second.instance)
     ]
-    assert engine.watched(0) == set(dcgm_fields.WANTED_FIELDS)  # shared watches: the second one still holds them
+    assert engine.watched(0) == set(WANTED_FIELDS)  # shared watches: the second one still holds them
 
 
 def test_never_touches_groups_it_did_not_make(fake: ModuleType) -> None:
@@ -606,7 +612,7 @@ def test_a_refused_watch_is_cleaned_up_and_retried(fake: ModuleType) -> None:
     backend.read(gpus()[0], now=10.0 + dcgm_watches.WATCH_RETRY_SECONDS - 1)
     assert engine.watched(0) == set()
     backend.read(gpus()[0], now=10.0 + dcgm_watches.WATCH_RETRY_SECONDS)
-    assert engine.watched(0) == set(dcgm_fields.WANTED_FIELDS)
+    assert engine.watched(0) == set(WANTED_FIELDS)
     assert len(engine.groups) == len(engine.field_groups) == 1
 
 
@@ -659,10 +665,10 @@ def test_plan_passes() -> None:
         MetricGroup(0, 1, frozenset({1001, 1004})),
         MetricGroup(1, 0, frozenset({1005})),
     ]
-    assert dcgm_fields.passes_needed(groups, frozenset({1002, 1003, 1005})) == 1
-    assert dcgm_fields.passes_needed(groups, frozenset({1001})) == 1
-    assert dcgm_fields.passes_needed(groups, frozenset({1002, 1004})) == 2
-    assert dcgm_fields.passes_needed(groups, frozenset({155})) == 0  # not a profiling field here
+    assert passes_needed(groups, frozenset({1002, 1003, 1005})) == 1
+    assert passes_needed(groups, frozenset({1001})) == 1
+    assert passes_needed(groups, frozenset({1002, 1004})) == 2
+    assert passes_needed(groups, frozenset({155})) == 0  # not a profiling field here
 
 
 def test_only_our_own_field_groups_are_left_out_of_the_sharing_count(fake: ModuleType) -> None:

@@ -15,16 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
-from smlens.verdicts import thresholds
 from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
+from smlens.model import MigInstance
+from smlens.pipeline.sampler import Sampler
 from smlens.sources.dcgm.backend import DcgmBackend
 from smlens.sources.dcgm.mig import GiEntity, match_instances, profile_slices
 from smlens.sources.dcgm.watches import WATCH_RETRY_SECONDS
-from smlens.sources.registry import KINDS
-from smlens.model import MigInstance
 from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL
-from smlens.pipeline.sampler import Sampler
+from smlens.sources.registry import KINDS
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 
 PLAIN = "GPU-0a0a0a0a-0000-0000-0000-000000000000"
 SPLIT = "GPU-1b1b1b1b-1111-1111-1111-111111111111"

@@ -7,11 +7,11 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from conftest import require_tool
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.exposition.live import SnapshotAge, live_registry, render_live
-from smlens.exposition.rendered import Rendered
+from smlens.exposition.rendered import ASKED_WITHIN, Publisher, Rendered
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
 
 
 def snapshot(ticks: int = 3) -> Snapshot:
@@ -64,7 +64,9 @@ def test_every_gpu_series_has_gpu_uuid_hostname_and_ratios_in_range() -> None:
 
 
 def test_counters_are_the_integrals_and_coverage_is_their_denominator() -> None:
-    parsed = samples(Rendered(snapshot(ticks=5)).answer(openmetrics=False, gzip=False, live=b"").body.decode())
+    parsed = samples(
+        Rendered(snapshot(ticks=5)).answer(openmetrics=False, gzip=False, live=b"").body.decode()
+    )
     by_gpu = {dict(labels)["gpu"]: {} for (_, labels) in parsed if "gpu" in dict(labels)}
     for (name, labels), value in parsed.items():
         if "gpu" in dict(labels):
@@ -90,3 +92,24 @@ def test_openmetrics_and_gzip_bodies_parse_and_carry_the_age() -> None:
     plain = rendered.answer(openmetrics=False, gzip=True, live=tail)
     assert gzip.decompress(plain.body) == rendered.answer(openmetrics=False, gzip=False, live=tail).body
     assert plain.content_type.startswith("text/plain; version=0.0.4")
+
+
+def test_only_the_formats_scrapers_ask_for_are_rendered_and_a_new_one_from_the_next_tick() -> None:
+    now = [0.0]
+    publisher = Publisher(clock=lambda: now[0])
+    snap = snapshot()
+    publisher.publish(snap)
+    rendered = publisher.current
+    assert rendered is not None and rendered.text is not None and rendered.openmetrics is None
+    publisher.asked(True)  # a Prometheus: it accepts the text format too, and gets it this once
+    assert rendered.served(True) is False
+    publisher.publish(snap)
+    rendered = publisher.current
+    assert rendered is not None and rendered.served(True) is True and rendered.served(False) is False
+    now[0] += ASKED_WITHIN + 1  # nobody asked for text since: only OpenMetrics is rendered
+    publisher.asked(True)
+    publisher.publish(snap)
+    rendered = publisher.current
+    assert rendered is not None and rendered.text is None and rendered.served(False) is True
+    om = rendered.answer(openmetrics=False, gzip=False, live=b"# EOF\n")
+    assert om.content_type.startswith("application/openmetrics-text") and om.body.endswith(b"# EOF\n")

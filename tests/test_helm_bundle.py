@@ -18,8 +18,8 @@ import yaml
 
 from conftest import REPO, require_tool
 from helm_support import CHART_DIR, Rendered, helm_sync, render
-from smlens.verdicts import thresholds
 from smlens.bundle import alertmanager, dashboards, files
+from smlens.verdicts import thresholds
 
 # Values as a user would set them: a ratio as --set gives it (a string), a whole number, a zero.
 OVERRIDES: dict[str, Any] = {
@@ -66,8 +66,7 @@ def test_chart_copies_are_what_helm_sync_writes() -> None:
 
 
 def test_chart_thresholds_are_the_shipped_file() -> None:
-    shipped = REPO / "exporter" / "smlens" / "thresholds.yaml"
-    assert (CHART_DIR / "files" / "thresholds.yaml").read_bytes() == shipped.read_bytes()
+    assert (CHART_DIR / "files" / "thresholds.yaml").read_bytes() == thresholds.SHIPPED.read_bytes()
 
 
 def test_default_rules_are_exactly_rules_dir() -> None:

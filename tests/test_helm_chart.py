@@ -128,7 +128,7 @@ def test_schema_accepts_global_and_set_style_numbers() -> None:
 def test_schema_knows_exactly_the_shipped_thresholds() -> None:
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     known = set(schema["properties"]["thresholds"]["properties"])
-    assert known == set(yaml.safe_load((REPO / "exporter" / "smlens" / "thresholds.yaml").read_text()))
+    assert known == set(yaml.safe_load(thresholds.SHIPPED.read_text()))
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from smlens.verdicts import thresholds
 from smlens.profile import analysis
-from smlens.profile.counters import RATIOS, SM_ELAPSED, TENSOR_ACTIVE
+from smlens.profile.counters import CUPTI_SM_ELAPSED as SM_ELAPSED
+from smlens.profile.counters import CUPTI_TENSOR_ACTIVE as TENSOR_ACTIVE
+from smlens.profile.counters import RATIOS
 from smlens.profile.recording import Recording, RecordingError
 from smlens.profile.timestamps import fill_timestamps, settle
+from smlens.verdicts import thresholds
 
 FIXTURES = Path(__file__).parent / "fixtures" / "profile"
 GUARD_NS = (

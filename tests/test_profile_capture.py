@@ -19,7 +19,8 @@ import pytest
 
 from conftest import process_alive
 from smlens.profile.counters import COUNTERS
-from smlens.profile.cupti_session import Gpu, ProfileError, Session
+from smlens.profile.cupti_session import Gpu, Session
+from smlens.profile.errors import ProfileError
 
 GPU = Gpu(index=0, uuid="GPU-00000000-0000-0000-0000-000000000000", name="NVIDIA H200", cuda_ordinal=0)
 INTERVAL = 100_000

@@ -1,23 +1,25 @@
-"""The backend registry: --backend choices, capabilities, and admin endpoints on any pausable backend."""
+"""The backend registry: --backend choices, capabilities, the facts the settings and attribution read, and
+admin endpoints on any pausable backend."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-import smlens.sources
+import smlens
 from conftest import run_cli
 from smlens import cli
-from smlens.sources.base import Backend, ProfilingControl
-from smlens.sources.registry import KINDS, Opened
-from smlens.sources.sim import Scenario, SimBackend
-from smlens.settings import options, resolve
 from smlens.errors import ConfigError
 from smlens.model import GpuIdentity, Reading
 from smlens.pipeline.sampler import Sampler
+from smlens.settings import COMMANDS, options, resolve
+from smlens.sources.base import Backend, ProfilingControl
+from smlens.sources.registry import KINDS, SIM_GPUS, Opened, accepting
+from smlens.sources.sim import Scenario, SimBackend
 
 
 def test_backend_choices_come_from_the_registry() -> None:
@@ -27,24 +29,89 @@ def test_backend_choices_come_from_the_registry() -> None:
     assert {k.name for k in KINDS.values() if not k.profiling} == {"nvml"}
 
 
-def test_the_backends_import_no_higher_layer() -> None:
+def test_the_facts_that_settings_and_attribution_read() -> None:
+    assert {k.name for k in KINDS.values() if k.simulated} == {"sim"}
+    assert {k.name for k in KINDS.values() if k.reads_nvml} == {"auto", "nvml", "dcgm"}
+    assert accepting("sim_gpus") == accepting("sim_pods") == ("sim",)
+    assert accepting("dcgm_embedded") == ("auto", "dcgm")
+    assert accepting("interval") is None  # every kind takes it
+
+
+def test_every_option_a_kind_names_is_a_setting_unset_by_default() -> None:
+    """Unset (None, or off for a switch): a default would count as given, and every other kind refuse it."""
+    defaults = {
+        f.name: f.metadata["option"]["default"]
+        for settings in COMMANDS.values()
+        for f in dataclasses.fields(settings)
+    }
+    for kind in KINDS.values():
+        assert kind.options <= set(defaults), kind.name
+        assert all(defaults[name] in (None, False) for name in kind.options), kind.name
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("backend", list(KINDS))
+def test_every_kind_takes_the_defaults(command: str, backend: str) -> None:
+    assert resolve(command, {"backend": backend}, environ={}).backend == backend
+
+
+PACKAGE = Path(smlens.__file__).parent
+
+
+def _imports(module: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+    return names
+
+
+@pytest.mark.parametrize("lower", ["sources", "attribution"])
+def test_the_lower_layers_import_no_higher_one(lower: str) -> None:
     """Not even for type checking: the registry reads the settings through its own Protocol."""
-    higher = ("smlens.settings", "smlens.cli", "smlens.pipeline.build", "smlens.web.app", "smlens.pipeline.sampler")
-    for module in Path(smlens.sources.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(module.read_text())):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
-            assert not [name for name in names if name.startswith(higher)], module
+    higher = tuple(
+        f"smlens.{name}" for name in ("settings", "pipeline", "web", "exposition", "bundle", "cli")
+    )
+    modules = sorted((PACKAGE / lower).rglob("*.py"))
+    assert modules
+    for module in modules:
+        assert not [name for name in _imports(module) if name.startswith(higher)], module
+
+
+def _names_a_backend(node: ast.AST) -> bool:
+    """A comparison of ``<something>.backend`` with a string (or strings)."""
+    if not isinstance(node, ast.Compare):
+        return False
+    sides = [node.left, *node.comparators]
+    asks = any(isinstance(side, ast.Attribute) and side.attr == "backend" for side in sides)
+    texts = [
+        e
+        for side in sides
+        for e in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side])
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    ]
+    return asks and bool(texts)
+
+
+def test_no_module_asks_a_backend_its_name() -> None:
+    """What a backend is comes from the registry's facts, so that a new one is a module and an entry."""
+    asking = [
+        f"{module.relative_to(PACKAGE)}:{node.lineno}"
+        for module in sorted(PACKAGE.rglob("*.py"))
+        if "_pb2" not in module.name
+        for node in ast.walk(ast.parse(module.read_text()))
+        if _names_a_backend(node)
+    ]
+    assert asking == []
 
 
 def test_the_sim_kind_opens_a_simulated_node() -> None:
     opened = KINDS["sim"].open(resolve("check", {"backend": "sim", "sim_gpus": "3"}, environ={}))
     assert isinstance(opened.device, SimBackend) and len(opened.gpus) == 3 and opened.extras == []
+    unsized = KINDS["sim"].open(resolve("check", {"backend": "sim"}, environ={}))
+    assert len(unsized.gpus) == SIM_GPUS
 
 
 class Pausable(Backend):

@@ -224,7 +224,9 @@ def test_a_backend_is_charged_for_its_read_not_for_logging_its_failure(
     sampler, devices, clock = make()
     sampler.tick()
     devices.lost.add(1)
-    monkeypatch.setattr("smlens.pipeline.sampler.log.error", lambda *args: setattr(clock, "now", clock.now + 100.0))
+    monkeypatch.setattr(
+        "smlens.pipeline.sampler.log.error", lambda *args: setattr(clock, "now", clock.now + 100.0)
+    )
     snap = advance(sampler, clock, 1.0)
     (dev,) = (b for b in snap.backends if b.name == "dev")
     assert dev.last_duration_seconds < 1.0

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -11,7 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from starlette.routing import Mount
 
 from conftest import REPO, free_port, require_tool, run_cli
-from smlens.verdicts import thresholds
 from smlens.exposition.rendered import Publisher
+from smlens.verdicts import thresholds
 from smlens.web.app import create_app
 from smlens.web.status.history import History
 from tls_support import Issued, TestCA
@@ -55,12 +58,19 @@ class Served:
         return self.log.read_text(errors="replace")
 
 
+def limit_open_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 class Launcher:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def __call__(self, *args: str, scheme: str = "http", ready: httpx.Client | None = None) -> Served:
+    def __call__(
+        self, *args: str, scheme: str = "http", ready: httpx.Client | None = None, nofile: int | None = None
+    ) -> Served:
+        """``nofile``: the server's limit of open files (soft and hard), as ``ulimit -n`` would set it."""
         port = free_port()
         log = self.directory / f"serve-{port}.log"
         with open(log, "wb") as out:
@@ -79,6 +89,7 @@ class Launcher:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+                preexec_fn=None if nofile is None else functools.partial(limit_open_files, nofile),
             )
         self.processes.append(process)
         served = Served(process, port, log, f"{scheme}://127.0.0.1:{port}")
@@ -252,6 +263,7 @@ def test_rotated_certificate_is_served_without_restart_and_sighup_reloads(
 def test_sigterm_stops_within_5s_while_a_client_pipelines_and_never_reads(serve: Launcher) -> None:
     served = serve()
     with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.setblocking(False)
         request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
         for _ in range(3000):
@@ -259,12 +271,16 @@ def test_sigterm_stops_within_5s_while_a_client_pipelines_and_never_reads(serve:
                 sock.send(request)
             except BlockingIOError:
                 break
-        time.sleep(0.5)
+        wait_for(
+            lambda: metric(served, "smlens_http_open_connections") >= 2, "the pipeliner is being answered"
+        )
         started = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=10) == 0
         assert time.monotonic() - started < 5
-    assert "stopped; data sources closed" in served.log_text()
+    log_text = served.log_text()
+    assert "stopped; data sources closed" in log_text
+    assert "Traceback" not in log_text and "CancelledError" not in log_text, log_text
 
 
 def test_sigterm_while_requests_wait_on_bcrypt_logs_no_traceback(serve: Launcher, tmp_path: Path) -> None:
@@ -298,6 +314,40 @@ def read_until_closed(sock: socket.socket, timeout: float) -> float:
     except ConnectionResetError:
         pass
     return time.monotonic() - started
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+def metric(served: Served, sample: str, client: httpx.Client | None = None) -> float:
+    """One sample's value on /metrics, e.g. ``smlens_http_connections_closed_total{reason="evicted"}``."""
+    text = (client or httpx).get(served.base + "/metrics", timeout=5).text
+    return float(next(line for line in text.splitlines() if line.startswith(sample + " ")).split()[-1])
+
+
+def closed_after(served: Served, reason: str, client: httpx.Client | None = None) -> float:
+    return metric(served, f'smlens_http_connections_closed_total{{reason="{reason}"}}', client)
+
+
+def exchange(port: int, data: bytes, timeout: float = 5) -> bytes:
+    """All the server sends back to ``data`` on one connection, until it closes that connection."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+                assert time.monotonic() < deadline, "the connection was not closed"
+    return received
+
+
+def new_lines(served: Served, before: int) -> list[str]:
+    return served.log_text().splitlines()[before:]
 
 
 def test_header_timeout_closes_silent_and_trickling_connections(serve: Launcher) -> None:
@@ -378,16 +428,218 @@ def test_busy_pipelining_clients_from_other_addresses_do_not_lock_prometheus_out
     assert 'smlens_http_connections_closed_total{reason="per_address"}' in metrics
 
 
+def raise_own_open_files(count: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < count:
+        pytest.fail(f"this test opens {count} sockets; the hard limit of open files is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < count:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
+
+
+@pytest.mark.parametrize("max_connections", [None, 2000], ids=["default_cap", "cap_over_the_fd_limit"])
+def test_1100_silent_connections_under_ulimit_1024(serve: Launcher, max_connections: int | None) -> None:
+    """With the default cap the server never gets near its limit of open files; with a cap over it, the
+    files run out (EMFILE): counted, logged once, and a fresh client is still answered at once."""
+    raise_own_open_files(1400)
+    args = () if max_connections is None else ("--web-max-connections", str(max_connections))
+    served = serve(*args, nofile=1024)
+    before = len(served.log_text().splitlines())
+    silent: list[socket.socket] = []
+    try:
+        for n in range(1100):  # from 11 addresses, 100 each: within the share of a cap of 2000
+            with contextlib.suppress(OSError):  # a connect that timed out: the backlog was full
+                silent.append(
+                    socket.create_connection(("127.0.0.1", served.port), 3, (f"127.0.0.{2 + n % 11}", 0))
+                )
+        assert len(silent) >= 1000
+        for _ in range(5):
+            started = time.monotonic()
+            assert httpx.get(served.base + "/metrics", timeout=10).status_code == 200
+            assert time.monotonic() - started < 3
+        open_fds = metric(served, "process_open_fds")
+        open_connections = metric(served, "smlens_http_open_connections")
+        accept_errors = metric(served, "smlens_http_accept_errors_total")
+    finally:
+        for sock in silent:
+            sock.close()
+    assert served.process.poll() is None
+    if max_connections is None:
+        assert open_connections <= 64 and open_fds < 200 and accept_errors == 0
+    else:
+        assert accept_errors > 0
+    lines = new_lines(served, before)
+    assert len(lines) <= 2, lines
+    assert not any("Traceback" in line for line in lines), lines
+
+
+def test_slowloris_connections_are_closed_by_the_header_timeout(serve: Launcher) -> None:
+    served = serve("--web-header-timeout", "1")
+    tricklers = [
+        socket.create_connection(("127.0.0.1", served.port), 5, (f"127.0.0.{2 + n % 4}", 0))
+        for n in range(16)
+    ]
+    try:
+        for sock in tricklers:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        open_ = set(tricklers)
+        while open_ and time.monotonic() - started < 5:  # a header line every 0.2 s never ends the head
+            for sock in list(open_):
+                try:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    open_.discard(sock)
+            time.sleep(0.2)
+        assert not open_, f"{len(open_)} trickling connection(s) still open after 5 s"
+        assert time.monotonic() - started < 3
+    finally:
+        for sock in tricklers:
+            sock.close()
+    assert closed_after(served, "header_timeout") == 16
+    assert httpx.get(served.base + "/metrics").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+    ],
+)
+def test_content_length_with_transfer_encoding_is_refused_and_nothing_smuggled(
+    serve: Launcher, framing: bytes
+) -> None:
+    served = serve()
+    smuggled = b"GET /api/v1/gpus HTTP/1.1\r\nHost: x\r\n\r\n"
+    for method in (b"POST", b"GET"):
+        head = method + b" /metrics HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n"
+        answer = exchange(served.port, head + b"0\r\n\r\n" + smuggled)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert answer.count(b"HTTP/1.1 ") == 1, answer  # the smuggled request was never answered
+        assert b"connection: close" in answer.lower()
+        assert b"gpus" not in answer
+    assert metric(served, "smlens_http_malformed_requests_total") == 2
+
+
+def test_a_head_over_16_kib_is_refused_with_431(serve: Launcher) -> None:
+    served = serve()
+    request = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n"
+    # Under the limit: answered.
+    assert exchange(
+        served.port, request + b"X-Pad: " + b"a" * 12_000 + b"\r\nConnection: close\r\n\r\n"
+    ).startswith(b"HTTP/1.1 200 ")
+    # Over it, in one write (a complete head in one read) and as a head that never ends.
+    big = request + b"".join(b"X-Pad-%d: %s\r\n" % (n, b"a" * 1000) for n in range(20))
+    for data in (big + b"\r\n", big):
+        answer = exchange(served.port, data)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+        assert answer.count(b"HTTP/1.1 ") == 1
+    assert metric(served, "smlens_http_malformed_requests_total") == 2
+
+
+MALFORMED = [
+    b"\x16\x03\x01 not http\r\n\r\n",
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    b"GET / HTTP/1.1\r\n\r\n",  # no Host
+    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: many\r\n\r\n",
+    b"POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"\x00\x01\x02\x03\r\n\r\n",
+]
+
+
 def test_malformed_requests_are_counted_not_logged(serve: Launcher) -> None:
     served = serve()
     lines_before = len(served.log_text().splitlines())
-    for _ in range(50):
+    for _ in range(10):
+        for data in MALFORMED:
+            answer = exchange(served.port, data)
+            assert answer.startswith(b"HTTP/1.1 400 "), (data, answer)
+    # Bytes after a request that ends the connection are not read as a next request.
+    for request in (
+        b"GET /-/healthy HTTP/1.0\r\n\r\n",
+        b"GET /-/healthy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ):
         with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
-            sock.sendall(b"\x16\x03\x01 not http\r\n\r\n")
-            assert sock.recv(4096).startswith(b"HTTP/1.1 400")
-    metrics = httpx.get(served.base + "/metrics").text
-    assert "smlens_http_malformed_requests_total 50.0" in metrics
-    assert len(served.log_text().splitlines()) == lines_before
+            sock.sendall(request)
+            time.sleep(0.05)
+            with contextlib.suppress(OSError):
+                sock.sendall(b"garbage\r\n\r\n")
+            answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert metric(served, "smlens_http_malformed_requests_total") == 10 * len(MALFORMED)
+    assert served.log_text().splitlines()[lines_before:] == []
+
+
+def test_silent_tls_connections_are_bounded(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    ca, server, _ = pki
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)}}
+    )
+    client = tls_client(ca)
+    served = serve(
+        "--web-config-file",
+        str(config),
+        "--web-max-connections",
+        "8",
+        "--web-header-timeout",
+        "1",
+        scheme="https",
+        ready=client,
+    )
+    before = len(served.log_text().splitlines())
+    silent = [
+        socket.create_connection(("127.0.0.1", served.port), 5, (f"127.0.0.{2 + n % 10}", 0))
+        for n in range(100)
+    ]
+    try:
+        started = time.monotonic()
+        with tls_client(ca) as fresh:  # a new connection, not one the pool kept
+            assert fresh.get(served.base + "/metrics", timeout=5).status_code == 200
+        assert time.monotonic() - started < 2
+        started = time.monotonic()
+        for sock in silent:  # every one is closed: evicted, or at the end of the handshake's time
+            read_until_closed(sock, timeout=5)
+        assert time.monotonic() - started < 3
+    finally:
+        for sock in silent:
+            sock.close()
+    fresh = tls_client(ca)
+    assert closed_after(served, "per_address", fresh) + closed_after(served, "evicted", fresh) >= 85
+    assert closed_after(served, "tls_handshake", fresh) >= 1
+    assert metric(served, "smlens_http_open_connections", fresh) <= 2
+    assert new_lines(served, before) == []
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_an_idle_keep_alive_client_does_not_delay_exit(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path, tls: bool
+) -> None:
+    ca, server, _ = pki
+    if tls:
+        config = web_config(
+            tmp_path, {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)}}
+        )
+        client = tls_client(ca)
+        served = serve("--web-config-file", str(config), scheme="https", ready=client)
+    else:
+        client = httpx.Client()
+        served = serve(ready=client)
+    try:
+        assert client.get(served.base + "/metrics").status_code == 200  # its connection stays in the pool
+        assert metric(served, "smlens_http_open_connections", client) >= 1
+        started = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=10) == 0
+        elapsed = time.monotonic() - started
+    finally:
+        client.close()
+    assert elapsed < 1.5, elapsed  # well inside the grace period that busy connections get
+    log_text = served.log_text()
+    assert "stopped; data sources closed" in log_text and "Traceback" not in log_text, log_text
 
 
 def test_head_works_on_every_get_endpoint(serve: Launcher) -> None:
@@ -419,7 +671,16 @@ def test_process_metrics_are_exported_and_both_formats_are_valid(serve: Launcher
     assert (checked.returncode, checked.stdout, checked.stderr) == (0, b"", b"")
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
     (vmrss,) = (line for line in status if line.startswith("VmRSS:"))
-    openmetrics = httpx.get(served.base + "/metrics", headers={"Accept": "application/openmetrics-text"}).text
+    asks = {"Accept": "application/openmetrics-text"}
+    deadline = time.monotonic() + 10  # the first scrape asking for it gets text; the next tick renders it
+    while (
+        not (reply := httpx.get(served.base + "/metrics", headers=asks))
+        .headers["content-type"]
+        .startswith("application/openmetrics-text")
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    openmetrics = reply.text
     assert openmetrics.count("# EOF") == 1 and openmetrics.endswith("# EOF\n")
     families = {family.name: family for family in parse_openmetrics(openmetrics)}
     for parsed in (families, {family.name: family for family in parse_text(text.decode())}):

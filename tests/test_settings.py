@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from smlens.verdicts import thresholds
-from smlens.web.admin import read_token
-from smlens.sources.sim import load_scenario
-from smlens.settings import CheckSettings, Option, ServeSettings, resolve
 from smlens.errors import ConfigError
 from smlens.names import MAX_SIM_GPUS
+from smlens.settings import CheckSettings, Option, ServeSettings, resolve
+from smlens.sources.sim import load_scenario
+from smlens.verdicts import thresholds
+from smlens.web.admin import read_token
 
 
 def test_one_typed_frozen_object_per_command_with_defaults_parsed() -> None:
@@ -74,7 +74,7 @@ def test_a_huge_whole_number_is_one_sentence(tmp_path: Path, name: str) -> None:
         ({"config": str(config)}, {}, f"config file option '{name}'"),
     ):
         try:
-            resolve("check", flags, environ=environ)
+            resolve("check", {"backend": "sim", **flags}, environ=environ)
         except ConfigError as exc:
             assert str(exc).startswith(f"{origin}: "), exc
             assert "1000" in str(exc) and "must be" in str(exc), exc
@@ -125,7 +125,7 @@ def test_whole_numbers_are_whole(tmp_path: Path) -> None:
     config.write_text("sim_gpus: 2.5\nsim_seed: 3.0\n")
     with pytest.raises(ConfigError, match=r"^config file option 'sim_gpus': 2\.5 must be a whole number\.$"):
         resolve("serve", {"config": str(config)}, environ={})
-    config.write_text("sim_gpus: 2.0\n")
+    config.write_text("backend: sim\nsim_gpus: 2.0\n")
     assert resolve("serve", {"config": str(config)}, environ={}).sim_gpus == 2
 
 
@@ -142,6 +142,9 @@ def test_whole_numbers_are_whole(tmp_path: Path) -> None:
         ({"backend": "nvml", "admin_token_file": "t"}, "DCGM is not in use here"),
         ({"backend": "sim", "admin_token_file": "t"}, "DCGM is not in use here"),
         ({"backend": "nvml", "sim_scenario": "s.yaml"}, "^--sim-scenario applies only to --backend sim.$"),
+        ({"backend": "nvml", "sim_gpus": "4"}, "^--sim-gpus applies only to --backend sim.$"),
+        ({"backend": "auto", "sim_seed": "7"}, "^--sim-seed applies only to --backend sim.$"),
+        ({"backend": "dcgm", "sim_seed": "0"}, "^--sim-seed applies only to --backend sim.$"),
         (
             {"backend": "sim", "dcgm_embedded": True},
             "^--dcgm-embedded applies only to --backend auto or dcgm.$",
@@ -152,6 +155,22 @@ def test_whole_numbers_are_whole(tmp_path: Path) -> None:
 def test_rules_between_values_are_checked_with_the_values(flags: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve("serve", flags, environ={})
+
+
+def test_sim_options_from_the_environment_or_a_config_file_are_refused_on_other_backends(
+    tmp_path: Path,
+) -> None:
+    """Unset, they are no refusal: the sim backend's node size and seed apply only when it opens."""
+    for command in ("serve", "check"):
+        settings = resolve(command, {"backend": "nvml"}, environ={})
+        assert (settings.sim_gpus, settings.sim_seed) == (None, None)
+    with pytest.raises(ConfigError, match=r"^--sim-gpus applies only to --backend sim\.$"):
+        resolve("check", {"backend": "nvml"}, environ={"SMLENS_SIM_GPUS": "2"})
+    config = tmp_path / "c.yaml"
+    config.write_text("backend: auto\nsim_seed: 3\n")
+    with pytest.raises(ConfigError, match=r"^--sim-seed applies only to --backend sim\.$"):
+        resolve("serve", {"config": str(config)}, environ={})
+    assert resolve("serve", {"config": str(config), "backend": "sim"}, environ={}).sim_seed == 3
 
 
 def test_a_non_utf8_file_is_one_sentence(tmp_path: Path) -> None:

@@ -38,7 +38,6 @@ from smlens.verdicts.thresholds import _DURATION, _TEXT_FIELDS, Thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "smlens"
-SHIPPED_THRESHOLDS = ROOT / "exporter" / "smlens" / "thresholds.yaml"
 # The PEP 440 versions a release may carry, and their SemVer 2 pre-release names.
 RELEASE_VERSION = re.compile(r"(\d+\.\d+\.\d+)(?:(a|b|rc)(\d+))?")
 PRE_RELEASES = {"a": "alpha", "b": "beta", "rc": "rc"}
@@ -142,7 +141,7 @@ def expected_files() -> dict[Path, str]:
     chart_yaml = CHART / "Chart.yaml"
     files = {
         chart_yaml: chart_yaml_text(chart_yaml.read_text(), chart_version(__version__)),
-        CHART / "files" / "thresholds.yaml": SHIPPED_THRESHOLDS.read_text(),
+        CHART / "files" / "thresholds.yaml": thresholds.SHIPPED.read_text(),
     }
     for folder, generate in GENERATED.items():
         for name, text in templated(generate).items():

@@ -113,3 +113,94 @@ VERDICT_CODES = (
     VERDICT_WORKING,
     VERDICT_PARTIAL,
 )
+
+# ---------------------------------------------------------------------------------------------------
+# Metric names: every family smlens exports, defined once for the exposition, the rules and the
+# dashboards. Counter families are named without ``_total``, which the exposition appends: PromQL
+# reads them as f"{NAME}_total".
+# ---------------------------------------------------------------------------------------------------
+
+# Per GPU: identity and state.
+GPU_INFO = "gpu_info"
+GPU_UP = "gpu_up"
+GPU_PROFILING_AVAILABLE = "gpu_profiling_available"
+GPU_PROFILING_MODE = "gpu_profiling_mode"
+
+# Per GPU: the last tick's ratios (gauges).
+GPU_UTILIZATION_RATIO = "gpu_utilization_ratio"
+GPU_SM_ACTIVE_RATIO = "gpu_sm_active_ratio"
+GPU_SM_OCCUPANCY_RATIO = "gpu_sm_occupancy_ratio"
+GPU_TENSOR_ACTIVE_RATIO = "gpu_tensor_active_ratio"
+GPU_HMMA_ACTIVE_RATIO = "gpu_hmma_active_ratio"
+GPU_DRAM_ACTIVE_RATIO = "gpu_dram_active_ratio"
+GPU_FP64_ACTIVE_RATIO = "gpu_fp64_active_ratio"
+GPU_FP32_ACTIVE_RATIO = "gpu_fp32_active_ratio"
+GPU_FP16_ACTIVE_RATIO = "gpu_fp16_active_ratio"
+
+# Per GPU: integrals of the ratios and the seconds they cover (counters), whose rates give exact means.
+GPU_BUSY_SECONDS = "gpu_busy_seconds"
+GPU_SM_ACTIVE_SECONDS = "gpu_sm_active_seconds"
+GPU_SM_OCCUPANCY_SECONDS = "gpu_sm_occupancy_seconds"
+GPU_TENSOR_ACTIVE_SECONDS = "gpu_tensor_active_seconds"
+GPU_DRAM_ACTIVE_SECONDS = "gpu_dram_active_seconds"
+GPU_UTILIZATION_SAMPLED_SECONDS = "gpu_utilization_sampled_seconds"
+GPU_PROFILED_SECONDS = "gpu_profiled_seconds"
+
+# Per GPU: plain gauges.
+GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL_BYTES = "gpu_memory_total_bytes"
+GPU_POWER_WATTS = "gpu_power_watts"
+GPU_POWER_LIMIT_WATTS = "gpu_power_limit_watts"
+GPU_TEMPERATURE_CELSIUS = "gpu_temperature_celsius"
+GPU_MEMORY_TEMPERATURE_CELSIUS = "gpu_memory_temperature_celsius"
+GPU_SM_CLOCK_HERTZ = "gpu_sm_clock_hertz"
+GPU_MEMORY_CLOCK_HERTZ = "gpu_memory_clock_hertz"
+GPU_SM_CLOCK_MAX_HERTZ = "gpu_sm_clock_max_hertz"
+GPU_CLOCK_EVENT_ACTIVE = "gpu_clock_event_active"
+
+# Per GPU: plain counters.
+GPU_ENERGY_JOULES = "gpu_energy_joules"
+GPU_PCIE_REPLAYS = "gpu_pcie_replays"
+GPU_PCIE_TRANSMIT_BYTES = "gpu_pcie_transmit_bytes"
+GPU_PCIE_RECEIVE_BYTES = "gpu_pcie_receive_bytes"
+GPU_NVLINK_TRANSMIT_BYTES = "gpu_nvlink_transmit_bytes"
+GPU_NVLINK_RECEIVE_BYTES = "gpu_nvlink_receive_bytes"
+GPU_ECC_ERRORS = "gpu_ecc_errors"
+GPU_XID_ERRORS = "gpu_xid_errors"
+
+# Per MIG GPU instance. The twins of whole-GPU families take their name from mig_twin, so that an
+# aggregation over a whole-GPU family never mixes a GPU with its own slices.
+
+
+def mig_twin(name: str) -> str:
+    """The per-instance twin of a whole-GPU name: gpu_x -> gpu_mig_x."""
+    return "gpu_mig_" + name.removeprefix("gpu_")
+
+
+GPU_MIG_INFO = mig_twin(GPU_INFO)
+GPU_MIG_MEMORY_USED_BYTES = mig_twin(GPU_MEMORY_USED_BYTES)
+GPU_MIG_MEMORY_TOTAL_BYTES = mig_twin(GPU_MEMORY_TOTAL_BYTES)
+GPU_MIG_PROFILED_SECONDS = mig_twin(GPU_PROFILED_SECONDS)
+
+# Attribution: who holds a GPU, and what its workloads' processes use.
+GPU_ALLOCATION_INFO = "gpu_allocation_info"
+GPU_WORKLOAD_PREFIX = "gpu_workload_"
+GPU_WORKLOAD_MEMORY_USED_BYTES = "gpu_workload_memory_used_bytes"
+GPU_WORKLOAD_UTILIZATION_RATIO = "gpu_workload_utilization_ratio"
+GPU_WORKLOAD_PROCESSES = "gpu_workload_processes"
+SMLENS_ATTRIBUTION_UP = "smlens_attribution_up"
+SMLENS_ATTRIBUTION_REFRESH_DURATION_SECONDS = "smlens_attribution_refresh_duration_seconds"
+SMLENS_ATTRIBUTION_REFRESH_TIMESTAMP_SECONDS = "smlens_attribution_refresh_timestamp_seconds"
+
+# The exporter's own health.
+SMLENS_BUILD_INFO = "smlens_build_info"
+SMLENS_BACKEND_UP = "smlens_backend_up"
+SMLENS_BACKEND_LAST_SAMPLE_DURATION_SECONDS = "smlens_backend_last_sample_duration_seconds"
+SMLENS_BACKEND_SAMPLE_SECONDS = "smlens_backend_sample_seconds"
+SMLENS_BACKEND_SAMPLES = "smlens_backend_samples"
+SMLENS_BACKEND_ERRORS = "smlens_backend_errors"
+SMLENS_TICK_DURATION_SECONDS = "smlens_tick_duration_seconds"
+SMLENS_SAMPLER_CPU_SECONDS = "smlens_sampler_cpu_seconds"
+SMLENS_SAMPLING_INTERVAL_SECONDS = "smlens_sampling_interval_seconds"
+SMLENS_SNAPSHOT_TIMESTAMP_SECONDS = "smlens_snapshot_timestamp_seconds"
+SMLENS_SNAPSHOT_AGE_SECONDS = "smlens_snapshot_age_seconds"  # per scrape: exposition/live.py

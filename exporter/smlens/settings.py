@@ -26,7 +26,7 @@ from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.errors import ConfigError
 from smlens.files import read_yaml
 from smlens.names import MAX_SIM_GPUS
-from smlens.sources.registry import KINDS
+from smlens.sources.registry import KINDS, SIM_GPUS, SIM_SEED, accepting
 
 DEFAULT_PORT = 10132
 NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
@@ -143,11 +143,20 @@ class Option:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return flag_of(self.name)
 
     @property
     def env(self) -> str:
         return "SMLENS_" + self.name.upper()
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a settings field."""
+    return "--" + name.replace("_", "-")
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def option(
@@ -215,10 +224,14 @@ class SourceSettings:
         _path, None, "YAML file overriding the shipped verdict thresholds", GENERAL, metavar="FILE"
     )
     log_level: str = option(_choice(*LOG_LEVELS), "info", "log level", GENERAL, choices=LOG_LEVELS)
-    sim_gpus: int = option(
-        _number(int, 1, MAX_SIM_GPUS), 8, f"number of simulated GPUs, 1-{MAX_SIM_GPUS}", SIM, metavar="N"
+    # Unset by default (the registry's SIM_GPUS and SIM_SEED apply), so that other backends can refuse them.
+    sim_gpus: int | None = option(
+        _number(int, 1, MAX_SIM_GPUS), None, f"number of simulated GPUs, 1-{MAX_SIM_GPUS}", SIM,
+        metavar="N", shown=str(SIM_GPUS),
+    )  # fmt: skip
+    sim_seed: int | None = option(
+        _number(int, 0), None, "seed of the simulated node's noise", SIM, metavar="N", shown=str(SIM_SEED)
     )
-    sim_seed: int = option(_number(int, 0), 0, "seed of the simulated node's noise", SIM, metavar="N")
     sim_scenario: Path | None = option(
         _path,
         None,
@@ -246,16 +259,16 @@ class SourceSettings:
     def check(self) -> None:
         """Rules between values; raises ConfigError with one sentence.
 
-        An option that the chosen backend would ignore is refused rather than dropped silently; only
-        --sim-gpus and --sim-seed, which have defaults, cannot be told apart from unset and are let through.
+        An option that the chosen backend would ignore is refused rather than dropped silently; which
+        backends take which options is the registry's to say (``BackendKind.options``).
         """
         if self.dcgm_embedded and self.dcgm_hostengine is not None:
             raise ConfigError("--dcgm-hostengine and --dcgm-embedded exclude each other; pass one of them.")
-        if self.sim_scenario is not None and self.backend != "sim":
-            raise ConfigError("--sim-scenario applies only to --backend sim.")
-        dcgm_option = "--dcgm-embedded" if self.dcgm_embedded else "--dcgm-hostengine"
-        if (self.dcgm_embedded or self.dcgm_hostengine is not None) and self.backend not in ("auto", "dcgm"):
-            raise ConfigError(f"{dcgm_option} applies only to --backend auto or dcgm.")
+        for f in dataclasses.fields(self):
+            kinds = accepting(f.name)
+            value = getattr(self, f.name)
+            if kinds is not None and self.backend not in kinds and value is not None and value is not False:
+                raise ConfigError(f"{flag_of(f.name)} applies only to --backend {_either(kinds)}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,11 +388,9 @@ class ServeSettings(SourceSettings):
                 f"--attribution-timeout ({self.attribution_timeout:g} s) must be shorter than "
                 f"--attribution-interval ({self.attribution_interval:g} s)."
             )
-        if self.sim_pods is not None and self.backend != "sim":
-            raise ConfigError("--sim-pods applies only to --backend sim.")
         if self.admin_token_file is not None and not KINDS[self.backend].pausable:
             raise ConfigError(NOT_PAUSABLE)
-        if self.process_attribution and self.backend == "sim":
+        if self.process_attribution and not KINDS[self.backend].reads_nvml:
             raise ConfigError(
                 "--process-attribution reads NVML's process lists and needs --backend nvml or auto."
             )

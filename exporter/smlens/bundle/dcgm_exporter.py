@@ -19,25 +19,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from smlens import names as n
-from smlens.bundle.rules import (
+from smlens.bundle.layers import GPU, INSTANCE, Level, level_labels, rate_name, sum_name
+from smlens.bundle.promql import by
+from smlens.bundle.recording import Rule, record
+from smlens.bundle.series import (
     DCGM_EXPORTER,
     DCGM_PROFILING_FIELDS,
-    DRAM_ACTIVE,
-    GPU,
-    INSTANCE,
+    DRAM_ACTIVE_MEAN,
     INSTANCE_MEANS,
     INSTANCE_MEASURED,
-    SM_ACTIVE,
-    SM_OCCUPANCY,
-    TENSOR_ACTIVE,
-    UTILIZATION,
-    Level,
-    by,
-    dump,
-    level_labels,
-    rate_name,
-    sum_name,
+    SM_ACTIVE_MEAN,
+    SM_OCCUPANCY_MEAN,
+    TENSOR_ACTIVE_MEAN,
+    UTILIZATION_MEAN,
 )
+from smlens.bundle.yamlfile import dump
 from smlens.verdicts.thresholds import Thresholds
 
 RULES_FILE = "smlens-dcgm-exporter.rules.yaml"
@@ -61,11 +57,11 @@ class Field:
 SM_ACTIVE_FIELD, SM_OCCUPANCY_FIELD = DCGM_PROFILING_FIELDS
 # Numerator counter of each smlens mean, from the dcgm-exporter field that samples the same ratio.
 NUMERATORS = {
-    UTILIZATION.numerator: Field("DCGM_FI_DEV_GPU_UTIL", 0.01),  # percent
-    SM_ACTIVE.numerator: Field(SM_ACTIVE_FIELD),
-    SM_OCCUPANCY.numerator: Field(SM_OCCUPANCY_FIELD),
-    TENSOR_ACTIVE.numerator: Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
-    DRAM_ACTIVE.numerator: Field("DCGM_FI_PROF_DRAM_ACTIVE"),
+    UTILIZATION_MEAN.numerator: Field("DCGM_FI_DEV_GPU_UTIL", 0.01),  # percent
+    SM_ACTIVE_MEAN.numerator: Field(SM_ACTIVE_FIELD),
+    SM_OCCUPANCY_MEAN.numerator: Field(SM_OCCUPANCY_FIELD),
+    TENSOR_ACTIVE_MEAN.numerator: Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+    DRAM_ACTIVE_MEAN.numerator: Field("DCGM_FI_PROF_DRAM_ACTIVE"),
 }
 
 
@@ -114,51 +110,44 @@ def as_smlens(
     return f"max {by(labels)}(\n  {renamed}\n)\n{only}"
 
 
-def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[str, object]:
-    rule: dict[str, object] = {"record": name, "expr": expr}
-    if labels:
-        rule["labels"] = labels
-    return rule
-
-
-def dcgm_exporter_rules(t: Thresholds) -> list[dict[str, object]]:
+def dcgm_exporter_rules(t: Thresholds) -> list[Rule]:
     w = t.window
     c = t.cluster_label
-    utilization = whole_gpu(NUMERATORS[UTILIZATION.numerator].name)
-    covered = rate_name(UTILIZATION.denominator, w)
+    utilization = whole_gpu(NUMERATORS[UTILIZATION_MEAN.numerator].name)
+    covered = rate_name(UTILIZATION_MEAN.denominator, w)
     # The exporter label tells these series from smlens' own of the same name, for people and for
     # promtool, which flags two rules recording the same name and labels.
     source = {"exporter": DCGM_EXPORTER}
     # The first rule picks the GPUs to map: those smlens does not report. It alone reads smlens'
     # gpu_up; the others keep to its GPUs, a set as small as the dcgm-exporter fleet.
-    smlens_gpus = f'unless on ({c}, hostname, uuid) gpu_up{{exporter!="{DCGM_EXPORTER}"}}'
+    smlens_gpus = f'unless on ({c}, hostname, uuid) {n.GPU_UP}{{exporter!="{DCGM_EXPORTER}"}}'
     mapped_gpus = f'and on ({c}, hostname, uuid) {covered}{{exporter="{DCGM_EXPORTER}"}}'
     rules = [
-        _record(covered, as_smlens(f"count_over_time({utilization}[{w}]) * 0 + 1", t, smlens_gpus), source)
+        record(covered, as_smlens(f"count_over_time({utilization}[{w}]) * 0 + 1", t, smlens_gpus), source)
     ]
     for counter, field in NUMERATORS.items():
         mean = f"avg_over_time({whole_gpu(field.name)}[{w}])"
         scaled = mean if field.scale == 1.0 else f"{mean} * {field.scale!r}"
-        rules.append(_record(rate_name(counter, w), as_smlens(scaled, t, mapped_gpus), source))
-    sm = whole_gpu(NUMERATORS[SM_ACTIVE.numerator].name)
+        rules.append(record(rate_name(counter, w), as_smlens(scaled, t, mapped_gpus), source))
+    sm = whole_gpu(NUMERATORS[SM_ACTIVE_MEAN.numerator].name)
     profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped_gpus)
-    rules.append(_record(rate_name(SM_ACTIVE.denominator, w), profiled, source))
+    rules.append(record(rate_name(SM_ACTIVE_MEAN.denominator, w), profiled, source))
     instance_rules, sliced, sliced_profiled = _instance_rules(t, smlens_gpus)
     gpu_key = f"{c}, hostname, uuid"
     identity = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus)
     identity = f"{identity}\nor on ({gpu_key})\n{sliced}"
     rules += instance_rules
-    rules.append(_record("gpu_up", identity, source))
+    rules.append(record(n.GPU_UP, identity, source))
     info = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus, kept=INFO_LABELS)
-    rules.append(_record("gpu_info", f"{info}\nor on ({gpu_key})\n{sliced}", source))
+    rules.append(record(n.GPU_INFO, f"{info}\nor on ({gpu_key})\n{sliced}", source))
     # 1 where the profiling field is exported for the GPU (or one of its instances), 0 where not.
     available = as_smlens(f"({sm} * 0 + 1) or ({utilization} * 0)", t, mapped_gpus)
     available = f"{available}\nor on ({gpu_key})\n({sliced_profiled} or {sliced} * 0)"
-    rules.append(_record("gpu_profiling_available", available, source))
+    rules.append(record(n.GPU_PROFILING_AVAILABLE, available, source))
     return rules
 
 
-def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[dict[str, object]], str, str]:
+def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[Rule], str, str]:
     """The MIG GPU instances' series in smlens' instance layer; with the expressions of their parent
     GPUs (one series per GPU, no owner labels) and of those parents whose instances are profiled.
 
@@ -167,24 +156,24 @@ def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[dict[str, obj
     c = t.cluster_label
     source = {"exporter": DCGM_EXPORTER}
     fields = [FB_USED.name, *(f.name for f in NUMERATORS.values())]
-    info = "gpu_mig_info"
+    info = n.GPU_MIG_INFO
     # The first rule picks the instances to map (any mapped field with a GPU_I_ID); only it reads
     # smlens' gpu_up: a GPU smlens reports is left out with its instances.
     present = f'{{__name__=~"{"|".join(fields)}", GPU_I_ID!=""}}'
     # Presence is 1: the values are multiplied after the max, where no two series differ by name only.
-    rules = [_record(info, f"(\n{as_smlens(present, t, '', INSTANCE)}) * 0 + 1\n{smlens_gpus}", source)]
+    rules = [record(info, f"(\n{as_smlens(present, t, '', INSTANCE)}) * 0 + 1\n{smlens_gpus}", source)]
     instance_key = f"{c}, hostname, uuid, {n.GPU_INSTANCE}"
     mapped = f'and on ({instance_key}) {info}{{exporter="{DCGM_EXPORTER}"}}'
     for whole, twin in zip(INSTANCE_MEASURED, INSTANCE_MEANS, strict=True):
         counter, field = twin.numerator, NUMERATORS[whole.numerator]
         mean = f"avg_over_time({mig_instance(field.name)}[{w}])"
-        rules.append(_record(sum_name(INSTANCE, counter, w), as_smlens(mean, t, mapped, INSTANCE), source))
+        rules.append(record(sum_name(INSTANCE, counter, w), as_smlens(mean, t, mapped, INSTANCE), source))
     profiled_name = sum_name(INSTANCE, INSTANCE_MEANS[0].denominator, w)
-    sm = mig_instance(NUMERATORS[SM_ACTIVE.numerator].name)
+    sm = mig_instance(NUMERATORS[SM_ACTIVE_MEAN.numerator].name)
     profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped, INSTANCE)
-    rules.append(_record(profiled_name, profiled, source))
+    rules.append(record(profiled_name, profiled, source))
     memory = f"{mig_instance(FB_USED.name)} * {FB_USED.scale!r}"
-    rules.append(_record("gpu_mig_memory_used_bytes", as_smlens(memory, t, mapped, INSTANCE), source))
+    rules.append(record(n.GPU_MIG_MEMORY_USED_BYTES, as_smlens(memory, t, mapped, INSTANCE), source))
     parent = f"{c}, hostname, gpu, uuid"
     sliced = f'max by ({parent}) ({info}{{exporter="{DCGM_EXPORTER}"}})'
     sliced_profiled = f'max by ({parent}) ({profiled_name}{{exporter="{DCGM_EXPORTER}"}})'

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smlens import names as n
+from smlens.formatting import percent
 from smlens.model import Activity, GpuState, Snapshot
 from smlens.pipeline.sampler import Sampler
 from smlens.verdicts.judge import Verdict, judge
@@ -69,13 +70,9 @@ def sample(sampler: Sampler, seconds: float) -> tuple[Snapshot, Snapshot]:
     return first, last
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}%"
-
-
 def render_table(reports: list[GpuReport]) -> str:
     rows = [HEADERS] + [
-        (str(r.index), r.model, *(_pct(r.means[k]) for k in COLUMNS), r.verdict.text) for r in reports
+        (str(r.index), r.model, *(percent(r.means[k]) for k in COLUMNS), r.verdict.text) for r in reports
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS) - 1)]
     return "\n".join(

@@ -23,84 +23,84 @@ from smlens.model import GpuState, Snapshot
 RATIO_GAUGES: Sequence[tuple[str, str, str]] = (
     (
         n.UTILIZATION,
-        "gpu_utilization_ratio",
+        n.GPU_UTILIZATION_RATIO,
         "NVML utilization over the last tick: share of time at least one kernel ran. It does NOT say how "
         "much of the GPU worked: one kernel on one SM reads 1.0. Compare gpu_sm_active_ratio.",
     ),
     (
         n.SM_ACTIVE,
-        "gpu_sm_active_ratio",
+        n.GPU_SM_ACTIVE_RATIO,
         "Share of SM cycles with at least one warp resident, averaged over all SMs and the last tick.",
     ),
     (
         n.SM_OCCUPANCY,
-        "gpu_sm_occupancy_ratio",
+        n.GPU_SM_OCCUPANCY_RATIO,
         "Resident warps over the maximum warps per SM, averaged over all SMs and the last tick.",
     ),
-    (n.TENSOR_ACTIVE, "gpu_tensor_active_ratio", "Share of cycles any tensor pipe was active, last tick."),
+    (n.TENSOR_ACTIVE, n.GPU_TENSOR_ACTIVE_RATIO, "Share of cycles any tensor pipe was active, last tick."),
     (
         n.HMMA_ACTIVE,
-        "gpu_hmma_active_ratio",
+        n.GPU_HMMA_ACTIVE_RATIO,
         "Share of cycles the FP16/BF16 tensor (HMMA) pipe was active, last tick.",
     ),
     (
         n.DRAM_ACTIVE,
-        "gpu_dram_active_ratio",
+        n.GPU_DRAM_ACTIVE_RATIO,
         "Share of cycles the device memory interface was busy (bandwidth used over peak), last tick.",
     ),
-    (n.FP64_ACTIVE, "gpu_fp64_active_ratio", "Share of cycles the FP64 pipe was active, last tick."),
-    (n.FP32_ACTIVE, "gpu_fp32_active_ratio", "Share of cycles the FP32 pipe was active, last tick."),
-    (n.FP16_ACTIVE, "gpu_fp16_active_ratio", "Share of cycles the FP16 pipe was active, last tick."),
+    (n.FP64_ACTIVE, n.GPU_FP64_ACTIVE_RATIO, "Share of cycles the FP64 pipe was active, last tick."),
+    (n.FP32_ACTIVE, n.GPU_FP32_ACTIVE_RATIO, "Share of cycles the FP32 pipe was active, last tick."),
+    (n.FP16_ACTIVE, n.GPU_FP16_ACTIVE_RATIO, "Share of cycles the FP16 pipe was active, last tick."),
 )
 
 ACTIVITY_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
         n.UTILIZATION,
-        "gpu_busy_seconds",
+        n.GPU_BUSY_SECONDS,
         "Integral of NVML utilization (time any kernel ran); rate() over a window is the mean utilization.",
     ),
     (
         n.SM_ACTIVE,
-        "gpu_sm_active_seconds",
+        n.GPU_SM_ACTIVE_SECONDS,
         "Integral of SM activity; its rate() over that of gpu_profiled_seconds_total is the exact mean.",
     ),
-    (n.SM_OCCUPANCY, "gpu_sm_occupancy_seconds", "Integral of SM occupancy over time."),
-    (n.TENSOR_ACTIVE, "gpu_tensor_active_seconds", "Integral of tensor pipe activity over time."),
-    (n.DRAM_ACTIVE, "gpu_dram_active_seconds", "Integral of DRAM activity over time."),
+    (n.SM_OCCUPANCY, n.GPU_SM_OCCUPANCY_SECONDS, "Integral of SM occupancy over time."),
+    (n.TENSOR_ACTIVE, n.GPU_TENSOR_ACTIVE_SECONDS, "Integral of tensor pipe activity over time."),
+    (n.DRAM_ACTIVE, n.GPU_DRAM_ACTIVE_SECONDS, "Integral of DRAM activity over time."),
 )
 COVERAGE_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
         n.UTILIZATION,
-        "gpu_utilization_sampled_seconds",
+        n.GPU_UTILIZATION_SAMPLED_SECONDS,
         "Wall seconds covered by utilization samples: the denominator of gpu_busy_seconds_total.",
     ),
     (
         n.SM_ACTIVE,
-        "gpu_profiled_seconds",
+        n.GPU_PROFILED_SECONDS,
         "Wall seconds covered by SM-level (profiling) samples: the denominator of the SM, tensor and DRAM "
         "*_seconds_total counters.",
     ),
 )
 
 PLAIN_GAUGES: Sequence[tuple[str, str, str]] = (
-    (n.MEMORY_USED_BYTES, "gpu_memory_used_bytes", "Framebuffer memory in use."),
-    (n.MEMORY_TOTAL_BYTES, "gpu_memory_total_bytes", "Framebuffer memory in total."),
-    (n.POWER_WATTS, "gpu_power_watts", "Board power draw."),
-    (n.POWER_LIMIT_WATTS, "gpu_power_limit_watts", "Enforced board power limit."),
-    (n.TEMPERATURE_CELSIUS, "gpu_temperature_celsius", "GPU core temperature."),
-    (n.MEMORY_TEMPERATURE_CELSIUS, "gpu_memory_temperature_celsius", "Device memory (HBM) temperature."),
-    (n.SM_CLOCK_HERTZ, "gpu_sm_clock_hertz", "Current SM clock."),
-    (n.MEMORY_CLOCK_HERTZ, "gpu_memory_clock_hertz", "Current memory clock."),
-    (n.SM_CLOCK_MAX_HERTZ, "gpu_sm_clock_max_hertz", "Maximum SM clock."),
+    (n.MEMORY_USED_BYTES, n.GPU_MEMORY_USED_BYTES, "Framebuffer memory in use."),
+    (n.MEMORY_TOTAL_BYTES, n.GPU_MEMORY_TOTAL_BYTES, "Framebuffer memory in total."),
+    (n.POWER_WATTS, n.GPU_POWER_WATTS, "Board power draw."),
+    (n.POWER_LIMIT_WATTS, n.GPU_POWER_LIMIT_WATTS, "Enforced board power limit."),
+    (n.TEMPERATURE_CELSIUS, n.GPU_TEMPERATURE_CELSIUS, "GPU core temperature."),
+    (n.MEMORY_TEMPERATURE_CELSIUS, n.GPU_MEMORY_TEMPERATURE_CELSIUS, "Device memory (HBM) temperature."),
+    (n.SM_CLOCK_HERTZ, n.GPU_SM_CLOCK_HERTZ, "Current SM clock."),
+    (n.MEMORY_CLOCK_HERTZ, n.GPU_MEMORY_CLOCK_HERTZ, "Current memory clock."),
+    (n.SM_CLOCK_MAX_HERTZ, n.GPU_SM_CLOCK_MAX_HERTZ, "Maximum SM clock."),
 )
 
 PLAIN_COUNTERS: Sequence[tuple[str, str, str]] = (
-    (n.ENERGY_JOULES, "gpu_energy_joules", "Energy consumed, from the driver's counter."),
-    (n.PCIE_REPLAYS, "gpu_pcie_replays", "PCIe replays (link-level retransmissions)."),
-    (n.PCIE_TX_BYTES, "gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe."),
-    (n.PCIE_RX_BYTES, "gpu_pcie_receive_bytes", "Bytes the GPU received over PCIe."),
-    (n.NVLINK_TX_BYTES, "gpu_nvlink_transmit_bytes", "Bytes the GPU sent over NVLink."),
-    (n.NVLINK_RX_BYTES, "gpu_nvlink_receive_bytes", "Bytes the GPU received over NVLink."),
+    (n.ENERGY_JOULES, n.GPU_ENERGY_JOULES, "Energy consumed, from the driver's counter."),
+    (n.PCIE_REPLAYS, n.GPU_PCIE_REPLAYS, "PCIe replays (link-level retransmissions)."),
+    (n.PCIE_TX_BYTES, n.GPU_PCIE_TRANSMIT_BYTES, "Bytes the GPU sent over PCIe."),
+    (n.PCIE_RX_BYTES, n.GPU_PCIE_RECEIVE_BYTES, "Bytes the GPU received over PCIe."),
+    (n.NVLINK_TX_BYTES, n.GPU_NVLINK_TRANSMIT_BYTES, "Bytes the GPU sent over NVLink."),
+    (n.NVLINK_RX_BYTES, n.GPU_NVLINK_RECEIVE_BYTES, "Bytes the GPU received over NVLink."),
 )
 ECC_COUNTERS = ((n.ECC_CORRECTED, "corrected"), (n.ECC_UNCORRECTED, "uncorrected"))
 
@@ -138,7 +138,7 @@ class SnapshotCollector(Collector):
     def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
         gpus = snap.gpus
         info = GaugeMetricFamily(
-            "gpu_info",
+            n.GPU_INFO,
             "Static facts about the GPU as labels; the value is always 1.",
             labels=[
                 *n.GPU_LABELS,
@@ -151,16 +151,16 @@ class SnapshotCollector(Collector):
             ],
         )
         up = GaugeMetricFamily(
-            "gpu_up", "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=n.GPU_LABELS
+            n.GPU_UP, "1 if the last tick read this GPU, 0 if it failed or is lost.", labels=n.GPU_LABELS
         )
         profiling = GaugeMetricFamily(
-            "gpu_profiling_available",
+            n.GPU_PROFILING_AVAILABLE,
             "1 if SM-level metrics (SM active, occupancy, tensor, DRAM) came for this GPU in the last tick; "
             "label source names where they come from (gpm, dcgm, sim) or none.",
             labels=[*n.GPU_LABELS, "source"],
         )
         mode = GaugeMetricFamily(
-            "gpu_profiling_mode",
+            n.GPU_PROFILING_MODE,
             "1 for how the profiling source counts: mode one_pass, or multiplexed when the SM-level "
             "counters need several hardware passes (DCGM shared with other clients) and are estimates.",
             labels=[*n.GPU_LABELS, "source", "mode"],
@@ -222,17 +222,17 @@ class SnapshotCollector(Collector):
             yield family
 
         ecc = CounterMetricFamily(
-            "gpu_ecc_errors",
+            n.GPU_ECC_ERRORS,
             "Volatile ECC errors since the last driver load.",
             labels=[*n.GPU_LABELS, "type"],
         )
         events = GaugeMetricFamily(
-            "gpu_clock_event_active",
+            n.GPU_CLOCK_EVENT_ACTIVE,
             "1 while the clock-event (throttle) reason holds, 0 when not; only reasons the GPU reports.",
             labels=[*n.GPU_LABELS, "reason"],
         )
         xid = CounterMetricFamily(
-            "gpu_xid_errors",
+            n.GPU_XID_ERRORS,
             "XID errors reported by NVML's event API since start.",
             labels=[*n.GPU_LABELS, "xid"],
         )
@@ -250,32 +250,32 @@ class SnapshotCollector(Collector):
 
     def _self_families(self, snap: Snapshot) -> Iterator[Metric]:
         build = GaugeMetricFamily(
-            "smlens_build_info",
+            n.SMLENS_BUILD_INFO,
             "smlens version and Python runtime; value 1.",
             labels=["version", "python_version"],
         )
         build.add_metric([__version__, platform.python_version()], 1)
         yield build
         backend_up = GaugeMetricFamily(
-            "smlens_backend_up",
+            n.SMLENS_BACKEND_UP,
             "1 if the backend read every GPU it serves in the last tick, 0 if any of those reads failed.",
             labels=["backend"],
         )
         last = GaugeMetricFamily(
-            "smlens_backend_last_sample_duration_seconds",
+            n.SMLENS_BACKEND_LAST_SAMPLE_DURATION_SECONDS,
             "Time the backend took in the last tick, over all GPUs.",
             labels=["backend"],
         )
         total = CounterMetricFamily(
-            "smlens_backend_sample_seconds",
+            n.SMLENS_BACKEND_SAMPLE_SECONDS,
             "Time the backend spent sampling since start.",
             labels=["backend"],
         )
         samples = CounterMetricFamily(
-            "smlens_backend_samples", "Ticks the backend took part in.", labels=["backend"]
+            n.SMLENS_BACKEND_SAMPLES, "Ticks the backend took part in.", labels=["backend"]
         )
         errors = CounterMetricFamily(
-            "smlens_backend_errors", "Failed reads, by backend and reason.", labels=["backend", "reason"]
+            n.SMLENS_BACKEND_ERRORS, "Failed reads, by backend and reason.", labels=["backend", "reason"]
         )
         for stats in snap.backends:
             backend_up.add_metric([stats.name], 1 if stats.up else 0)
@@ -286,21 +286,21 @@ class SnapshotCollector(Collector):
                 errors.add_metric([stats.name, reason], count)
         yield from (backend_up, last, total, samples, errors)
         yield GaugeMetricFamily(
-            "smlens_tick_duration_seconds",
+            n.SMLENS_TICK_DURATION_SECONDS,
             "Duration of the last sampling tick, all backends and GPUs: its calls, decoding and folding.",
             value=snap.tick_duration_seconds,
         )
         yield CounterMetricFamily(
-            "smlens_sampler_cpu_seconds",
+            n.SMLENS_SAMPLER_CPU_SECONDS,
             "CPU time spent sampling since start: the sampler thread's, waits included, and publishing "
             "elsewhere.",
             value=snap.sampler_cpu_seconds_total,
         )
         yield GaugeMetricFamily(
-            "smlens_sampling_interval_seconds", "Configured sampling interval.", value=snap.interval_seconds
+            n.SMLENS_SAMPLING_INTERVAL_SECONDS, "Configured sampling interval.", value=snap.interval_seconds
         )
         yield GaugeMetricFamily(
-            "smlens_snapshot_timestamp_seconds",
+            n.SMLENS_SNAPSHOT_TIMESTAMP_SECONDS,
             "Unix time the served snapshot was taken.",
             value=snap.taken_at,
         )

@@ -19,18 +19,16 @@ from smlens.names import INSTANCE_LABELS
 Specs = Sequence[tuple[str, str, str]]  # (reading key, whole-GPU family name, help)
 _SCOPE = " Per MIG GPU instance; docs/metrics.md says what it is relative to."
 MEMORY = (
-    (n.MEMORY_USED_BYTES, "gpu_mig_memory_used_bytes", "Memory in use in this MIG GPU instance."),
-    (n.MEMORY_TOTAL_BYTES, "gpu_mig_memory_total_bytes", "Memory of this MIG GPU instance in total."),
+    (n.MEMORY_USED_BYTES, n.GPU_MIG_MEMORY_USED_BYTES, "Memory in use in this MIG GPU instance."),
+    (n.MEMORY_TOTAL_BYTES, n.GPU_MIG_MEMORY_TOTAL_BYTES, "Memory of this MIG GPU instance in total."),
 )
 
 
 def _per_instance(families: Specs) -> list[tuple[str, str, str]]:
-    """The instance twins of whole-GPU families: gpu_x -> gpu_mig_x, for what is read per instance
+    """The instance twins of whole-GPU families (names.mig_twin), for what is read per instance
     (NVML utilization is not: NVML gives none per MIG instance)."""
     return [
-        (key, "gpu_mig_" + name.removeprefix("gpu_"), text + _SCOPE)
-        for key, name, text in families
-        if key in n.INSTANCE_ACTIVITIES
+        (key, n.mig_twin(name), text + _SCOPE) for key, name, text in families if key in n.INSTANCE_ACTIVITIES
     ]
 
 
@@ -41,7 +39,7 @@ def families(snapshot: Snapshot, ratios: Specs, integrals: Specs, coverage: Spec
     if not rows:
         return
     info = GaugeMetricFamily(
-        "gpu_mig_info",
+        n.GPU_MIG_INFO,
         "One series per MIG GPU instance, value 1; sm_count is the SMs of its compute instances.",
         labels=[*INSTANCE_LABELS, "sm_count"],
     )

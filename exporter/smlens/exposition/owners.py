@@ -10,13 +10,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
+from smlens import names as n
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES, SIM
 from smlens.model import Attribution, GpuIdentity, Workload
-from smlens.names import GPU_INSTANCE, GPU_LABELS, OWNER_LABELS, SLURM_JOB, UUID
 
-_WORKLOAD_LABELS = (*GPU_LABELS, *OWNER_LABELS, SLURM_JOB)
+_WORKLOAD_LABELS = (*n.GPU_LABELS, *n.OWNER_LABELS, n.SLURM_JOB)
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
-_OWN_LABELS = ("gpu_allocation_info", "gpu_workload_")
+_OWN_LABELS = (n.GPU_ALLOCATION_INFO, n.GPU_WORKLOAD_PREFIX)
 
 
 def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> Iterator[Metric]:
@@ -41,12 +41,12 @@ def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> I
 
 
 def _with_owner(sample: Sample, owners: Mapping[tuple[str, str], dict[str, str]]) -> Sample:
-    owner = owners.get((sample.labels.get(UUID, ""), sample.labels.get(GPU_INSTANCE, "")))
+    owner = owners.get((sample.labels.get(n.UUID, ""), sample.labels.get(n.GPU_INSTANCE, "")))
     return sample if owner is None else sample._replace(labels={**sample.labels, **owner})
 
 
 def _labels(owner: Workload) -> dict[str, str]:
-    return dict(zip(OWNER_LABELS, (owner.namespace, owner.pod, owner.container), strict=True))
+    return dict(zip(n.OWNER_LABELS, (owner.namespace, owner.pod, owner.container), strict=True))
 
 
 def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: str) -> Iterator[Metric]:
@@ -61,12 +61,12 @@ def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: st
     if PROCESSES in sources:
         yield from _workload_families(attribution, index, hostname)
     up = GaugeMetricFamily(
-        "smlens_attribution_up",
+        n.SMLENS_ATTRIBUTION_UP,
         "1 if the attribution source answered its last refresh; 0 drops the labels it gives.",
         labels=["source"],
     )
     duration = GaugeMetricFamily(
-        "smlens_attribution_refresh_duration_seconds",
+        n.SMLENS_ATTRIBUTION_REFRESH_DURATION_SECONDS,
         "Time the last refresh of the attribution source took.",
         labels=["source"],
     )
@@ -77,7 +77,7 @@ def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: st
     yield from (up, duration)
     if attribution.refreshed_at is not None:
         yield GaugeMetricFamily(
-            "smlens_attribution_refresh_timestamp_seconds",
+            n.SMLENS_ATTRIBUTION_REFRESH_TIMESTAMP_SECONDS,
             "Unix time of the last attribution refresh.",
             value=attribution.refreshed_at,
         )
@@ -85,10 +85,10 @@ def families(attribution: Attribution, gpus: Sequence[GpuIdentity], hostname: st
 
 def _allocation_info(attribution: Attribution, index: Mapping[str, str], hostname: str) -> Metric:
     info = GaugeMetricFamily(
-        "gpu_allocation_info",
+        n.GPU_ALLOCATION_INFO,
         "1 for each container holding (part of) a GPU, from the kubelet or the sim layout. A device smlens "
         'cannot place on a GPU of this node has gpu="" and its id as reported in uuid.',
-        labels=[*GPU_LABELS, *OWNER_LABELS, "resource"],
+        labels=[*n.GPU_LABELS, *n.OWNER_LABELS, "resource"],
     )
     rows = dict.fromkeys(
         (
@@ -110,19 +110,19 @@ def _allocation_info(attribution: Attribution, index: Mapping[str, str], hostnam
 def _workload_families(attribution: Attribution, index: Mapping[str, str], hostname: str) -> Iterator[Metric]:
     for name, help_text, field in (
         (
-            "gpu_workload_memory_used_bytes",
+            n.GPU_WORKLOAD_MEMORY_USED_BYTES,
             "GPU memory used by the processes of one workload (pod container or Slurm job) on this GPU, "
             "from NVML's process list. All labels empty: processes outside any pod, container or job.",
             "memory_used_bytes",
         ),
         (
-            "gpu_workload_utilization_ratio",
+            n.GPU_WORKLOAD_UTILIZATION_RATIO,
             "NVML per-process utilization summed over the workload's processes (capped at 1): the share "
             "of the last attribution refresh window in which a kernel of theirs ran. Time-based like "
             "gpu_utilization_ratio; NOT SM activity.",
             "utilization",
         ),
-        ("gpu_workload_processes", "Processes of the workload that hold a context on this GPU.", "processes"),
+        (n.GPU_WORKLOAD_PROCESSES, "Processes of the workload that hold a context on this GPU.", "processes"),
     ):
         family = GaugeMetricFamily(name, help_text, labels=_WORKLOAD_LABELS)
         for usage in attribution.workloads:

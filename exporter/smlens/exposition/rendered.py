@@ -1,13 +1,19 @@
 """The /metrics bodies of one snapshot, rendered by the sampler's thread after each tick.
 
-:class:`Publisher` is a sampler listener: for every snapshot it renders the text format and OpenMetrics
-with prometheus_client's own ``generate_latest``, and primes a gzip stream with each, so that a scrape only
-picks the latest :class:`Rendered` and appends the families it renders itself (:mod:`.live`).
+:class:`Publisher` is a sampler listener: for every snapshot it renders, with prometheus_client's own
+``generate_latest``, each format that scrapers asked for in the last ``ASKED_WITHIN`` seconds (the text
+format until anyone asks for OpenMetrics), and primes a gzip stream with each, so that a scrape only picks
+the latest :class:`Rendered` and appends the families it renders itself (:mod:`.live`). Rendering costs
+more than the rest of a tick, and a Prometheus asks for one format only: the other is not rendered for
+nobody. A scrape that asks for a format not rendered yet gets the other one, which every Prometheus
+accepts, and the next tick renders the one it asked for.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
+from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 from prometheus_client import exposition as text_format
@@ -22,6 +28,7 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
 OPENMETRICS_EOF = b"# EOF\n"
 GZIP_LEVEL = 6
+ASKED_WITHIN = 600.0  # seconds a format stays rendered after the last scrape that asked for it
 
 
 class Body:
@@ -49,29 +56,53 @@ class Answer(NamedTuple):
 
 
 class Rendered:
-    """A snapshot with its bodies in both formats; immutable once built."""
+    """A snapshot with its bodies in the formats asked for (``True`` is OpenMetrics); immutable once built."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, formats: Collection[bool] = (False, True)) -> None:
         self.snapshot = snapshot
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(snapshot))
-        self.text = Body(text_format.generate_latest(registry))
+        self.text = Body(text_format.generate_latest(registry)) if False in formats or not formats else None
         # OpenMetrics ends with one "# EOF": the live families come after these, so it is cut here.
-        self.openmetrics = Body(openmetrics_format.generate_latest(registry).removesuffix(OPENMETRICS_EOF))
+        self.openmetrics = (
+            Body(openmetrics_format.generate_latest(registry).removesuffix(OPENMETRICS_EOF))
+            if True in formats
+            else None
+        )
+
+    def served(self, openmetrics: bool) -> bool:
+        """The format a scrape that asks for ``openmetrics`` gets: that one if rendered, else the other."""
+        return (
+            openmetrics if (self.openmetrics if openmetrics else self.text) is not None else not openmetrics
+        )
 
     def answer(self, openmetrics: bool, gzip: bool, live: bytes) -> Answer:
-        """The body of a scrape: these families, then ``live`` (the same format's per-scrape families,
-        ending in OpenMetrics' ``# EOF``)."""
-        body = self.openmetrics if openmetrics else self.text
-        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        """The body of a scrape in the format :meth:`served` names: these families, then ``live`` (that
+        format's per-scrape families, ending in OpenMetrics' ``# EOF``)."""
+        body = self.openmetrics if self.served(openmetrics) else self.text
+        assert body is not None
+        content_type = OPENMETRICS_CONTENT_TYPE if body is self.openmetrics else TEXT_CONTENT_TYPE
         return Answer(body.gzipped(live) if gzip else body.plain(live), content_type, gzip)
 
 
 class Publisher:
-    """Holds the latest :class:`Rendered`; subscribe :meth:`publish` to the sampler."""
+    """Holds the latest :class:`Rendered`; subscribe :meth:`publish` to the sampler, and tell :meth:`asked`
+    which format each scrape wanted."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.current: Rendered | None = None
+        self._clock = clock
+        # format -> when a scrape last asked for it; the text format counts as asked at the start
+        self._asked: dict[bool, float] = {False: clock()}
+
+    def asked(self, openmetrics: bool) -> None:
+        self._asked[openmetrics] = self._clock()
+
+    def formats(self) -> frozenset[bool]:
+        """The formats to render: those asked for lately, the text format when none was."""
+        now = self._clock()
+        recent = frozenset(f for f, at in tuple(self._asked.items()) if now - at <= ASKED_WITHIN)
+        return recent or frozenset({False})
 
     def publish(self, snapshot: Snapshot) -> None:
-        self.current = Rendered(snapshot)
+        self.current = Rendered(snapshot, self.formats())

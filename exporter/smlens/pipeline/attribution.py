@@ -1,9 +1,11 @@
 """Choose the attribution sources for a set of settings and build the refresher that runs them.
 
 - ``--pod-resources-socket PATH`` always means the kubelet at PATH, whatever the backend.
-- Without it, the nvml backends use the kubelet's default socket when its directory exists (a
-  Kubernetes node); the sim backend uses its pod layout (``--sim-pods FILE`` or the default one).
-- ``--process-attribution`` adds per-process usage from NVML (not available with the sim backend).
+- Without it, a backend of real GPUs uses the kubelet's default socket when its directory exists (a
+  Kubernetes node); a simulated one uses its pod layout (``--sim-pods FILE`` or the default one).
+- ``--process-attribution`` adds per-process usage from NVML (only with a backend that reads NVML).
+
+What a backend is (simulated, reading NVML) comes from the registry's entry of ``--backend``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from smlens.errors import ConfigError
 from smlens.model import GpuIdentity
 from smlens.settings import ServeSettings
 from smlens.sources.nvml.session import NvmlSession
+from smlens.sources.registry import KINDS
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
@@ -26,7 +29,7 @@ DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 def _socket(settings: ServeSettings) -> Path | None:
     if settings.pod_resources_socket is not None:
         return settings.pod_resources_socket
-    if settings.backend != "sim" and DEFAULT_SOCKET.parent.is_dir():
+    if not KINDS[settings.backend].simulated and DEFAULT_SOCKET.parent.is_dir():
         return DEFAULT_SOCKET
     return None
 
@@ -36,8 +39,8 @@ def build_refresher(
 ) -> AttributionRefresher | None:
     """The refresher for these settings, or None when no source applies (not started yet). ``session`` is
     the backends' NVML session: attribution then reads the MIG layouts the sampler keeps."""
-    sim = settings.backend == "sim"
-    session = None if sim else (session or NvmlSession())
+    kind = KINDS[settings.backend]
+    session = (session or NvmlSession()) if kind.reads_nvml else None
     socket = _socket(settings)
     allocation: AllocationSource | None = None
     if socket is not None:
@@ -60,7 +63,7 @@ def build_refresher(
             if session is None
             else (lambda: session.mig_placements(devices.gpus, monotonic())),
         )
-    elif sim:
+    elif kind.simulated:
         pods = sim_layout.load(settings.sim_pods) if settings.sim_pods else sim_layout.DEFAULT_PODS
         origin = str(settings.sim_pods) if settings.sim_pods else None
         allocation = sim_layout.SimLayoutSource(pods, gpus, origin)

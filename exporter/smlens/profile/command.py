@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from smlens.profile.recording import Recording
 
 MIN_INTERVAL_US = 100  # 10 kHz
-# 5 kHz by default: on the H200 a capture keeps about 0.75 of a host core busy at 5 kHz and 1.1 at 10 kHz
-# (decoding plus the evaluator process; docs/profile.md, Cost).
+# Not the top rate by default: decoding and the evaluator process cost host CPU in step with the rate
+# (docs/profile.md, Cost).
 DEFAULT_INTERVAL_US = 200
 MAX_INTERVAL_US = 1_000_000
 MAX_SECONDS = 600

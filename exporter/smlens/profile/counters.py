@@ -1,9 +1,10 @@
 """The PM sampling counters ``smlens profile`` records, and how each becomes a 0..1 ratio.
 
 Every ratio divides a counter by its elapsed cycles times the counter's own peak per cycle, the
-``<counter>.peak_sustained`` value CUPTI reports for the chip (recorded with each capture, never assumed):
-on an H200 (GH100) CUPTI gives 1 for SM cycles active, 64 for warps active, 4 for tensor pipe cycles and
-1504 bytes per DRAM cycle for ``dram__bytes.sum``. This module imports nothing of CUPTI.
+``<counter>.peak_sustained`` value CUPTI reports for the chip, recorded with each capture and never
+assumed, because it differs between chips. Each ``CUPTI_*`` constant is a CUPTI metric name, prefixed so
+that it is never taken for smlens' reading key of the same activity (:mod:`smlens.names`). This module
+imports nothing of CUPTI.
 """
 
 from __future__ import annotations
@@ -13,28 +14,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SM_ACTIVE = "sm__cycles_active.avg"
-SM_ELAPSED = "sm__cycles_elapsed.avg"
-WARPS_ACTIVE = "sm__warps_active.avg"
-TENSOR_ACTIVE = "sm__pipe_tensor_cycles_active.avg"
-DRAM_BYTES = "dram__bytes.sum"
-DRAM_ELAPSED = "dram__cycles_elapsed.avg"
-GR_ACTIVE = "gr__cycles_active.avg"
-GR_ELAPSED = "gr__cycles_elapsed.avg"
+CUPTI_SM_ACTIVE = "sm__cycles_active.avg"
+CUPTI_SM_ELAPSED = "sm__cycles_elapsed.avg"
+CUPTI_WARPS_ACTIVE = "sm__warps_active.avg"
+CUPTI_TENSOR_ACTIVE = "sm__pipe_tensor_cycles_active.avg"
+CUPTI_DRAM_BYTES = "dram__bytes.sum"
+CUPTI_DRAM_ELAPSED = "dram__cycles_elapsed.avg"
+CUPTI_GR_ACTIVE = "gr__cycles_active.avg"
+CUPTI_GR_ELAPSED = "gr__cycles_elapsed.avg"
 
 COUNTERS = (
-    SM_ACTIVE,
-    SM_ELAPSED,
-    WARPS_ACTIVE,
-    TENSOR_ACTIVE,
-    DRAM_BYTES,
-    DRAM_ELAPSED,
-    GR_ACTIVE,
-    GR_ELAPSED,
+    CUPTI_SM_ACTIVE,
+    CUPTI_SM_ELAPSED,
+    CUPTI_WARPS_ACTIVE,
+    CUPTI_TENSOR_ACTIVE,
+    CUPTI_DRAM_BYTES,
+    CUPTI_DRAM_ELAPSED,
+    CUPTI_GR_ACTIVE,
+    CUPTI_GR_ELAPSED,
 )
 # counter -> the sub-metric whose value is the counter's peak per elapsed cycle
 PEAK_OF = {
-    name: f"{name}.peak_sustained" for name in (SM_ACTIVE, WARPS_ACTIVE, TENSOR_ACTIVE, DRAM_BYTES, GR_ACTIVE)
+    name: f"{name}.peak_sustained"
+    for name in (CUPTI_SM_ACTIVE, CUPTI_WARPS_ACTIVE, CUPTI_TENSOR_ACTIVE, CUPTI_DRAM_BYTES, CUPTI_GR_ACTIVE)
 }
 
 
@@ -51,11 +53,11 @@ class Ratio:
 # `busy` is the share of the sample's time the graphics/compute engine had work (a kernel was running):
 # the sub-millisecond analogue of NVML's utilization.
 RATIOS = (
-    Ratio("busy", "kernel running (GR engine active)", GR_ACTIVE, GR_ELAPSED),
-    Ratio("sm_active", "SM active", SM_ACTIVE, SM_ELAPSED),
-    Ratio("occupancy", "SM occupancy (warps active / max)", WARPS_ACTIVE, SM_ELAPSED),
-    Ratio("tensor", "tensor pipes active", TENSOR_ACTIVE, SM_ELAPSED),
-    Ratio("dram", "DRAM bandwidth used", DRAM_BYTES, DRAM_ELAPSED),
+    Ratio("busy", "kernel running (GR engine active)", CUPTI_GR_ACTIVE, CUPTI_GR_ELAPSED),
+    Ratio("sm_active", "SM active", CUPTI_SM_ACTIVE, CUPTI_SM_ELAPSED),
+    Ratio("occupancy", "SM occupancy (warps active / max)", CUPTI_WARPS_ACTIVE, CUPTI_SM_ELAPSED),
+    Ratio("tensor", "tensor pipes active", CUPTI_TENSOR_ACTIVE, CUPTI_SM_ELAPSED),
+    Ratio("dram", "DRAM bandwidth used", CUPTI_DRAM_BYTES, CUPTI_DRAM_ELAPSED),
 )
 KEYS = tuple(r.key for r in RATIOS)
 

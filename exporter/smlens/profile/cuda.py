@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from smlens.profile.errors import ProfileError
+
 
 def _driver() -> Any:
     from cuda.bindings import driver  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -15,8 +17,6 @@ def _driver() -> Any:
 
 def _check(driver: Any, status: Any, call: str) -> None:
     if status != driver.CUresult.CUDA_SUCCESS:
-        from smlens.profile.cupti_session import ProfileError
-
         raise ProfileError(f"the CUDA driver refused {call}: {status.name}.")
 
 
@@ -34,8 +34,6 @@ def cuda_ordinal_of_uuid(uuid: str) -> int:
         raw = value.bytes
         if (raw.encode("latin-1") if isinstance(raw, str) else bytes(raw)).hex() == want:
             return ordinal
-    from smlens.profile.cupti_session import ProfileError
-
     raise ProfileError(f"CUDA does not see {uuid} (CUDA_VISIBLE_DEVICES?), so it cannot be profiled.")
 
 

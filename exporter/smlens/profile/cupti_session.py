@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from smlens.errors import SmlensError
 from smlens.profile.counters import COUNTERS, PEAK_OF
+from smlens.profile.errors import ProfileError
 from smlens.profile.evaluator import ImagePipeline, SharedImage, peak_rss_kib, prepare
 from smlens.profile.recording import Recording
 from smlens.profile.timestamps import settle
@@ -30,10 +30,6 @@ HARDWARE_BUFFER_BYTES = 256 * 2**20
 POLL_S = 0.05  # the decode loop's period
 HEADROOM_S = 0.2  # how far the decode loop may fall behind before an image fills
 MIN_IMAGE_SLOTS = 256
-
-
-class ProfileError(SmlensError):
-    """Why a capture cannot run, in one sentence for the user."""
 
 
 def import_cupti() -> tuple[Any, Any, Any]:
@@ -132,7 +128,7 @@ class Session:
         self._slots = slots or image_slots(interval_ns)
         self._harvested = 0  # samples of the current image whose timestamps were read
         self._image_stamps = np.zeros((self._slots, 2), dtype=np.int64)  # theirs: start, end
-        self._stamps: list[np.ndarray] = []  # those of each image handed over (16 bytes a sample)
+        self._stamps: list[np.ndarray] = []  # those of each image handed over
         self._handed = 0  # samples in the images handed over
         self.stats = DecodeStats()
         self._buffer = hardware_buffer_bytes

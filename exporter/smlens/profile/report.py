@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from smlens.formatting import percent
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS
 from smlens.profile.recording import Recording
@@ -150,16 +151,14 @@ draw();
 """
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f} %"
-
-
 def render_html(recording: Recording, summary: dict[str, Any]) -> str:
     data = json.dumps(timeline_data(recording)).replace("</", "<\\/")
     gpu = summary["gpu"]
     title = f"smlens profile: GPU {gpu.get('index', '?')} {gpu.get('name', '')}"
     means = summary["means"]
-    rows = "".join(f"<tr><td>{html.escape(r.title)}</td><td>{_pct(means[r.key])}</td></tr>" for r in RATIOS)
+    rows = "".join(
+        f"<tr><td>{html.escape(r.title)}</td><td>{percent(means[r.key], sep=' ')}</td></tr>" for r in RATIOS
+    )
     toggles = "".join(
         f'<label style="color:{COLOURS[r.key]}"><input type="checkbox" id="show-{r.key}" checked> '
         f"{html.escape(r.title)}</label> "
@@ -174,7 +173,7 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
         b = step["breakdown"]
         items = "".join(
             f"<tr><td>{x['kind']}</td><td>{1e3 * x['start_s']:.2f}</td><td>{1e3 * x['seconds']:.2f}</td>"
-            f"<td>{_pct(x['sm_active'])}</td><td>{_pct(x['tensor'])}</td></tr>"
+            f"<td>{percent(x['sm_active'], sep=' ')}</td><td>{percent(x['tensor'], sep=' ')}</td></tr>"
             for x in b["stretches"]
         )
         step_html = (
@@ -200,7 +199,7 @@ counters' peaks that CUPTI reported for this chip.</p>
 <h2>Summary</h2><table>{rows}
 <tr><td>hollow share of busy time (samples busy &ge; {summary["busy_threshold"]:g}
 with SM active &le; {summary["hollow_threshold"]:g})</td>
-<td>{_pct(summary["hollow_share_of_busy"])}</td></tr></table>
+<td>{percent(summary["hollow_share_of_busy"], sep=" ")}</td></tr></table>
 <h2>Timeline</h2><p>Wheel: zoom; drag: pan; double-click: reset. {toggles}</p>
 <canvas id="timeline" width="1600" height="420"></canvas>
 <h2>SM activity over busy time</h2>{histogram}

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from smlens.formatting import percent
 from smlens.profile import analysis
 from smlens.profile.counters import RATIOS
 from smlens.profile.recording import Recording
@@ -45,10 +46,6 @@ def summarize(recording: Recording, t: Thresholds) -> dict[str, Any]:
     }
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:5.1f} %"
-
-
 def _rule(summary: dict[str, Any]) -> str:
     return f"samples busy >= {summary['busy_threshold']:g} with SM active <= {summary['hollow_threshold']:g}"
 
@@ -56,15 +53,19 @@ def _rule(summary: dict[str, Any]) -> str:
 def render_text(summary: dict[str, Any]) -> str:
     gpu = summary["gpu"]
     means = summary["means"]
+
+    def column(ratio: float | None) -> str:  # right-aligned, so that the values line up
+        return percent(ratio, width=5, sep=" ")
+
     lines = [
         f"GPU {gpu.get('index', '?')} {gpu.get('name', '')} {gpu.get('uuid', '')}".rstrip(),
         f"  {summary['samples']} samples every {summary['interval_us']:g} us over {summary['span_s']:.2f} s",
-        f"  kernel running   {_pct(means['busy'])}   (NVML 'utilization' counts this)",
-        f"  SM active        {_pct(means['sm_active'])}",
-        f"  SM occupancy     {_pct(means['occupancy'])}",
-        f"  tensor pipes     {_pct(means['tensor'])}",
-        f"  DRAM bandwidth   {_pct(means['dram'])}",
-        f"  hollow share of busy time {_pct(summary['hollow_share_of_busy'])}   ({_rule(summary)})",
+        f"  kernel running   {column(means['busy'])}   (NVML 'utilization' counts this)",
+        f"  SM active        {column(means['sm_active'])}",
+        f"  SM occupancy     {column(means['occupancy'])}",
+        f"  tensor pipes     {column(means['tensor'])}",
+        f"  DRAM bandwidth   {column(means['dram'])}",
+        f"  hollow share of busy time {column(summary['hollow_share_of_busy'])}   ({_rule(summary)})",
     ]
     step = summary["step"]
     if step is None:

@@ -328,7 +328,7 @@ class SimBackend(DeviceSource):
     def _noisy(self, rng: random.Random, value: float) -> float:
         if value == 0.0:
             return 0.0
-        # Small values get proportionally small noise so that 1/132 stays recognisable.
+        # Small values get proportionally small noise, so that one busy SM's share stays recognisable.
         amplitude = min(NOISE, value * 0.1)
         return min(max(value + rng.uniform(-amplitude, amplitude), 0.0), 1.0)
 

@@ -1,4 +1,9 @@
-"""Load the thresholds (the single source shared with the rules and the Helm chart) and judge a GPU."""
+"""Load the thresholds: the shipped ``thresholds.yaml`` under a user's overrides.
+
+The shipped file is the one place a threshold's value is written, with the reason for it beside it; the
+rules, the dashboards and the Helm chart are generated from it. :class:`Thresholds` therefore has no
+defaults: every instance comes from :func:`load` (or from another instance, ``with_overrides``).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from smlens.files import read_yaml
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _URL = re.compile(r"^https?://\S+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# A path, not importlib.resources (whose import would stay resident in serve): smlens is never imported
+# from a zip.
+SHIPPED = Path(__file__).parent / "thresholds.yaml"
 
 
 def _is_regex(value: str) -> bool:
@@ -39,6 +47,8 @@ _TEXT_FIELDS: dict[str, tuple[Callable[[str], bool], str]] = {
 
 @dataclass(frozen=True)
 class Thresholds:
+    """Every threshold, checked; the values are the shipped file's unless a user's file overrides them."""
+
     busy_utilization: float
     hollow_sm_active: float
     idle_utilization: float
@@ -94,9 +104,7 @@ def _build(raw: Any, origin: str) -> Thresholds:
 
 def load(path: Path | None = None) -> Thresholds:
     """The shipped thresholds, with the keys of the YAML file at ``path`` (if any) overriding them."""
-    # A path, not importlib.resources (0.3 MiB resident in serve): smlens is never imported from a zip.
-    shipped = yaml.safe_load((Path(__file__).parent / "thresholds.yaml").read_text())
-    base = _build(shipped, "shipped thresholds.yaml")
+    base = _build(yaml.safe_load(SHIPPED.read_text()), "shipped thresholds.yaml")
     if path is None:
         return base
     overrides = read_yaml(path, "thresholds file")

@@ -124,7 +124,9 @@ def create_app(
         current = publisher.current
         if current is None:
             return PlainTextResponse(NO_SAMPLE + "\n", status_code=503)
-        openmetrics = accepts(request.headers.get("accept", ""), "application/openmetrics-text")
+        asked = accepts(request.headers.get("accept", ""), "application/openmetrics-text")
+        publisher.asked(asked)
+        openmetrics = current.served(asked)
         answer = current.answer(
             openmetrics=openmetrics,
             gzip=accepts(request.headers.get("accept-encoding", ""), "gzip"),

@@ -83,6 +83,14 @@ class ConnectionTable:
         self._open[conn] = address
         self.stats.open_connections = len(self._open)
 
+    def shed(self, reason: str) -> bool:
+        """Drops the least useful connection that waits for a request, if there is one."""
+        waiting = [c for c in self._open if c.waiting]
+        if not waiting:
+            return False
+        _least_useful(waiting).drop(reason)
+        return True
+
     def replace(self, old: Tracked, new: Tracked) -> None:
         if old in self._open:
             self._open[new] = self._open.pop(old)
@@ -153,7 +161,7 @@ class _Holding(asyncio.Protocol):
 
 class TlsGate(asyncio.Protocol):
     """Holds an accepted TCP connection through its TLS handshake (bounded by ``header_timeout``),
-    then hands the encrypted transport to a new HTTP protocol."""
+    then hands the encrypted transport to a new HTTP protocol, ``http(tcp_transport)``."""
 
     requests = 0
     waiting = True
@@ -163,7 +171,7 @@ class TlsGate(asyncio.Protocol):
         table: ConnectionTable,
         context: ssl.SSLContext,
         allowed_sans: frozenset[str] | None,
-        http: Callable[[], asyncio.Protocol],
+        http: Callable[[asyncio.Transport], asyncio.Protocol],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._table = table
@@ -209,7 +217,7 @@ class TlsGate(asyncio.Protocol):
             self._table.stats.closed["client_sans"] += 1
             tls.abort()
             return
-        http = self._http()
+        http = self._http(transport)
         self._table.replace(self, cast(Tracked, http))
         tls.set_protocol(http)
         http.connection_made(tls)

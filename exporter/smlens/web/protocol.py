@@ -26,10 +26,20 @@ from smlens.web.connections import ConnectionTable, Deadline, peer_address
 # checks it only while a head is incomplete; a complete one may arrive in one read of up to 256 KiB.
 MAX_HEAD_BYTES = 16 * 1024
 
+
+class _NotCancellations(logging.Filter):
+    """uvicorn logs every request it cancels at the end of the shutdown grace period as an error with a
+    traceback; it has already said in one line how many it cancelled."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
 # uvicorn logs a warning for every request it cannot parse: a log flood for anyone who sends garbage.
 # Those are counted in smlens_http_malformed_requests_total instead; errors of the application stay logged.
 _LOG = logging.getLogger("smlens.web.protocol")
 _LOG.setLevel(logging.ERROR)
+_LOG.addFilter(_NotCancellations())
 
 
 def refusal(request: h11.Request) -> int | None:
@@ -44,9 +54,22 @@ def refusal(request: h11.Request) -> int | None:
 
 
 class _RefusingConnection(h11.Connection):
-    """h11's server side, raising on the requests :func:`refusal` names; ``status`` is what to answer."""
+    """h11's server side, raising on the requests :func:`refusal` names; ``status`` is what to answer.
+    A response that starts before its request's body has arrived (an endpoint that reads no body, a client
+    still waiting for ``100 Continue``) ends the connection: otherwise uvicorn would read and discard the
+    rest of a body of any announced size, and keep the connection for a next request."""
 
     status = 400
+
+    def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]  # h11's overloads, merged
+        if isinstance(event, h11.Response) and self.their_state is h11.SEND_BODY:
+            event = h11.Response(
+                status_code=event.status_code,
+                headers=[*event.headers, (b"connection", b"close")],
+                reason=event.reason,
+                http_version=event.http_version,
+            )
+        return super().send(event)
 
     def next_event(self) -> Any:
         try:
@@ -81,12 +104,16 @@ class GuardedH11(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
         *,
         table: ConnectionTable,
+        tcp: asyncio.Transport | None = None,
     ) -> None:
+        """``tcp``: under TLS, the connection's TCP transport (``transport`` is then the TLS one)."""
         super().__init__(config, server_state, app_state, _loop)
+        # uvicorn reads its h11 connection from this attribute everywhere, cycles included.
         self.conn = _RefusingConnection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.logger = _LOG
+        self.logger = _LOG  # uvicorn's request cycles log through the protocol's logger
         self.requests = 0
         self._table = table
+        self._tcp = tcp
         self._deadline = Deadline(self.loop, self.drop)
         self._idle = False  # between a response and the first byte of the next request
 
@@ -102,6 +129,11 @@ class GuardedH11(H11Protocol):
         self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
     def data_received(self, data: bytes) -> None:
+        # After a request that ends the connection (Connection: close, HTTP/1.0) nothing more is read as
+        # HTTP (RFC 9112 9.6): h11 would call it an error and uvicorn answer it with a 400.
+        if self.conn.their_state is h11.MUST_CLOSE or self.transport.is_closing():
+            self.flow.pause_reading()
+            return
         if self._idle:  # a next request starts: its head gets header_timeout, not what the idle time left
             self._idle = False
             self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
@@ -119,6 +151,12 @@ class GuardedH11(H11Protocol):
         self._deadline.cancel()
         self._idle = True
         super().on_response_complete()  # arms the keep-alive timeout, or starts a pipelined request
+        if self._idle and self.conn.trailing_data[0] and not self.transport.is_closing():
+            # Part of a next request's head came with the last one: it is a head in progress, with the
+            # header timeout, not an idle connection.
+            self._unset_keepalive_if_required()
+            self._idle = False
+            self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
     def timeout_keep_alive_handler(self) -> None:
         self.drop("idle_timeout")
@@ -147,6 +185,18 @@ class GuardedH11(H11Protocol):
             ):
                 self.transport.write(self.conn.send(event) or b"")
         self.transport.close()
+
+    def shutdown(self) -> None:
+        """The server stops: an idle connection is closed now, a busy one after its response."""
+        idle = self.waiting
+        try:
+            super().shutdown()
+        except h11.LocalProtocolError:  # h11 is in its error state: there is nothing left to close politely
+            self.transport.close()
+        if idle and self._tcp is not None:
+            # Closing a TLS transport waits for the client's close_notify, which an idle keep-alive client
+            # sends only when it next reads: ours is written, then the TCP connection is closed at once.
+            self._tcp.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.cancel()

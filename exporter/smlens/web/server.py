@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 BACKLOG = 128
 SHUTDOWN_GRACE = 2.0  # seconds open connections get to finish after SIGTERM before they are aborted
+# Seconds after the connections are aborted that uvicorn waits for the requests' tasks before it cancels them.
+CANCEL_AFTER = 1.0
 ACCEPT_ERROR_LOG_INTERVAL = 60.0
 WATCH_INTERVAL = 1.0  # at most one check of the web config's files per this many seconds
 
@@ -149,13 +151,19 @@ class WebServer:
         http = functools.partial(GuardedH11, config, server_state, app_state, _loop, table=self._table)
         if web.tls is None:
             return http()
-        return TlsGate(self._table, web.tls, web.allowed_sans, http, asyncio.get_running_loop())
+        return TlsGate(
+            self._table, web.tls, web.allowed_sans, lambda tcp: http(tcp=tcp), asyncio.get_running_loop()
+        )
 
     def handle_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") != "socket.accept() out of system resource":
             loop.default_exception_handler(context)
             return
-        # asyncio pauses accepting for a second after such an error; log it at most once a minute.
+        # asyncio pauses accepting for a second after such an error (and reports it for each accept it had
+        # left in that round); log it at most once a minute. Each report sheds one connection that waits
+        # for a request, so that the retry finds descriptors free and a fresh client gets in: out of
+        # descriptors, as over the cap, a new connection is admitted and a least useful one dropped.
+        self._table.shed("evicted")
         self.stats.accept_errors += 1
         self._accept_errors_unlogged += 1
         now = self._clock()
@@ -180,7 +188,8 @@ class WebServer:
     async def serve(self, app: ASGIApp, on_started: Callable[[], None] = lambda: None) -> None:
         config = uvicorn.Config(
             Guard(app, lambda: self.web_config, self._protect_probes),
-            http=self._protocol,
+            # uvicorn only calls its protocol class, with these keywords: a factory can stand in for it.
+            http=cast("type[asyncio.Protocol]", self._protocol),
             interface="asgi3",
             lifespan="off",
             ws="none",
@@ -189,11 +198,13 @@ class WebServer:
             server_header=False,
             proxy_headers=False,  # the client address is the peer's: no X-Forwarded-For is believed
             timeout_keep_alive=int(self.limits.idle_timeout),
-            timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE + CANCEL_AFTER),
             backlog=BACKLOG,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         )
-        config.timeout_keep_alive = self.limits.idle_timeout  # uvicorn's type says int; it takes seconds
+        # uvicorn's types say int; both are seconds, used as floats.
+        config.timeout_keep_alive = self.limits.idle_timeout  # type: ignore[assignment]
+        config.timeout_graceful_shutdown = SHUTDOWN_GRACE + CANCEL_AFTER  # type: ignore[assignment]
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self.handle_loop_error)
         loop.add_signal_handler(signal.SIGHUP, self.reload, "SIGHUP")
@@ -235,7 +246,18 @@ class _Server(uvicorn.Server):
         for conn in self._table:
             if not isinstance(conn, GuardedH11):  # a TLS handshake: nothing to finish
                 conn.drop("shutdown")
-        await super().shutdown(sockets)
+        # uvicorn waits its graceful timeout for the connections to close, then cancels the requests'
+        # tasks. Aborting the connections still open at the grace period, before that, ends their
+        # requests as disconnects (a response stuck on a client that never reads returns at once); the
+        # cancellation stays for a request that does not end even so.
+        abort = asyncio.get_running_loop().call_later(SHUTDOWN_GRACE, self._abort_open)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            abort.cancel()
+        self._abort_open()
+
+    def _abort_open(self) -> None:
         for conn in self._table:
             conn.drop("shutdown")
 

@@ -127,7 +127,7 @@ class InstanceWatches:
         self._watches[gpu.uuid] = fresh
         if entities and field_ids:
             # One group for all; if DCGM refuses it, one group per instance, so that only the instances
-            # DCGM refuses go without values (DCGM's groups are few, so only then).
+            # DCGM refuses go without values (DCGM allows each client few groups, so only then).
             if not self._try(gpu, fresh, current, entities) and len(entities) > 1:
                 for entity in entities:
                     self._try(gpu, fresh, current, (entity,))

@@ -1,13 +1,22 @@
-"""Benchmark: memory and CPU of `smlens serve` beside nvitop-exporter's, on one host, in one run.
+"""Benchmark: `smlens serve` beside a peer exporter (nvitop-exporter by default), on one host, in one run:
+memory, CPU and scrape latency.
 
-Starts both exporters on 127.0.0.1 (random free ports, 1 s interval each), waits until each answers
-/metrics, scrapes each once a second for ``--duration`` seconds, then reads from /proc for both processes:
-VmRSS and VmHWM (status), Rss, Anonymous and file-backed pages (smaps_rollup, file-backed = Rss -
-Anonymous) and the CPU seconds they used during the scraped window (stat: utime + stime). It prints a
-table with the ratio smlens/other and writes the same as JSON (``--json``).
+Starts both exporters on 127.0.0.1 (random free ports, 1 s interval each) and waits until each answers
+/metrics. Then, in three phases, scraping as Prometheus does (OpenMetrics accepted, gzip):
+1. once a second each for ``--duration`` seconds; then it reads from /proc for both processes VmRSS and
+   VmHWM (status), Rss, Anonymous and file-backed pages (smaps_rollup, file-backed = Rss - Anonymous) and
+   the CPU seconds they used in that window (stat: utime + stime);
+2. ``--scrapes`` back-to-back scrapes each, interleaved: the p50 and p99 of the time to the whole body;
+3. ``--idle-rounds`` rounds of ``--idle`` seconds in which nothing scrapes either exporter, then one
+   scrape each: the median of those "first" scrapes over the back-to-back median (Prometheus only ever
+   makes such first scrapes).
+It prints a table with the ratio smlens/other and writes the same as JSON (``--json``).
 
-    python3 bench/rss_compare.py --json $OUT/rss.json          # a GPU host: auto backend (nvml + gpm)
-    python3 bench/rss_compare.py --smlens-only -- --backend sim  # anywhere: smlens alone, sim node
+    python3 bench/peer_compare.py --json $OUT/peer.json          # a GPU host: auto backend (nvml + gpm)
+    python3 bench/peer_compare.py --smlens-only -- --backend sim  # anywhere: smlens alone, sim node
+
+Good results (smlens' targets): CPU and scrape p50/p99 at most 0.5x the peer's, a first scrape after 30 s
+idle within 1.5x of the back-to-back median, RSS under 100 MiB.
 
 Both exporters run with the interpreter running this script, so that `PYTHONPATH` picks smlens' tree and
 where nvitop-exporter is installed. smlens runs with everything its auto backend finds (NVML, GPM on
@@ -33,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 NVITOP = "{python} -m nvitop_exporter --interval 1.0 --bind-address 127.0.0.1 --port {port}"
 START_TIMEOUT = 90.0  # seconds until /metrics answers 200 (smlens: after its first complete interval)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -91,12 +101,20 @@ class Exporter:
         return self.process is not None and self.process.poll() is None
 
     def scrape(self) -> bool:
+        request = urllib.request.Request(self.url, headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"})
         try:
-            with urllib.request.urlopen(self.url, timeout=5) as reply:
+            with urllib.request.urlopen(request, timeout=5) as reply:
                 self.scrape_bytes = len(reply.read())
                 return bool(reply.status == 200)
         except OSError:
             return False
+
+    def timed_scrape(self) -> float:
+        """Seconds to the whole body of one scrape; a failed scrape ends the run."""
+        began = time.perf_counter()
+        if not self.scrape():
+            raise OSError(f"{self.name} did not answer /metrics")
+        return time.perf_counter() - began
 
     def stop(self) -> None:
         if self.alive():
@@ -117,7 +135,7 @@ def fail(sentence: str, exporters: list[Exporter]) -> None:
     for exporter in exporters:
         exporter.stop()
     details = "\n".join(f"--- {e.name} log (tail) ---\n{e.log_tail()}" for e in exporters)
-    sys.exit(f"rss_compare: {sentence}\n{details}")
+    sys.exit(f"peer_compare: {sentence}\n{details}")
 
 
 def wait_ready(exporters: list[Exporter]) -> None:
@@ -170,6 +188,37 @@ def measure(exporters: list[Exporter], duration: float) -> dict[str, Any]:
     return {"window_seconds": window, "exporters": results}
 
 
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def latency(exporters: list[Exporter], scrapes: int, idle: float, idle_rounds: int) -> dict[str, Any]:
+    """Back-to-back p50/p99, and the first scrape after ``idle`` seconds without any, in ms."""
+    back_to_back: dict[str, list[float]] = {e.name: [] for e in exporters}
+    first: dict[str, list[float]] = {e.name: [] for e in exporters}
+    try:
+        for i in range(scrapes):
+            for exporter in exporters if i % 2 else exporters[::-1]:
+                back_to_back[exporter.name].append(exporter.timed_scrape())
+        for i in range(idle_rounds):
+            time.sleep(idle)
+            for exporter in exporters if i % 2 else exporters[::-1]:
+                first[exporter.name].append(exporter.timed_scrape())
+    except OSError as exc:
+        fail(f"{exc} during the latency phase.", exporters)
+    rows: dict[str, Any] = {}
+    for name in back_to_back:
+        median = percentile(back_to_back[name], 0.5)
+        rows[name] = {
+            "scrape_p50_ms": median * 1000,
+            "scrape_p99_ms": percentile(back_to_back[name], 0.99) * 1000,
+            "first_after_idle_ms": percentile(first[name], 0.5) * 1000 if first[name] else None,
+            "first_after_idle_over_p50": percentile(first[name], 0.5) / median if first[name] else None,
+        }
+    return rows
+
+
 KEYS = (
     "vm_rss_mib",
     "vm_hwm_mib",
@@ -179,6 +228,10 @@ KEYS = (
     "rss_max_during_run_mib",
     "cpu_seconds",
     "cpu_cores",
+    "scrape_p50_ms",
+    "scrape_p99_ms",
+    "first_after_idle_ms",
+    "first_after_idle_over_p50",
 )
 
 
@@ -187,7 +240,8 @@ def add_ratios(report: dict[str, Any]) -> None:
     if len(rows) == 2:
         mine, other = rows.values()
         report["ratio_smlens_over_other"] = {
-            key: (mine[key] / other[key] if other[key] else None) for key in KEYS
+            key: (mine[key] / other[key] if mine.get(key) is not None and other.get(key) else None)
+            for key in KEYS
         }
 
 
@@ -202,7 +256,9 @@ def render(report: dict[str, Any]) -> str:
     ]
     for key in (*KEYS, "scrapes", "failed_scrapes", "metrics_bytes"):
         cells = "".join(
-            f"{rows[n][key]:>14.4f}" if isinstance(rows[n][key], float) else f"{rows[n][key]:>14}"
+            f"{rows[n].get(key):>14.4f}"
+            if isinstance(rows[n].get(key), float)
+            else f"{rows[n].get(key)!s:>14}"
             for n in names
         )
         ratio = ratios.get(key) if ratios else None
@@ -213,6 +269,9 @@ def render(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of scraping (default 60)")
+    parser.add_argument("--scrapes", type=int, default=200, help="back-to-back scrapes each (default 200)")
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds without scrapes (default 30)")
+    parser.add_argument("--idle-rounds", type=int, default=3, help="idle spells (default 3)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument(
         "--logs", type=Path, help="directory for the exporters' logs (default: a temporary one)"
@@ -223,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("flags", nargs="*", help="extra `smlens serve` flags, after --")
     args = parser.parse_args(argv)
-    logs = args.logs or Path(tempfile.mkdtemp(prefix="rss_compare-"))
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="peer_compare-"))
     logs.mkdir(parents=True, exist_ok=True)
     port = free_port()
     mine = [
@@ -248,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             exporter.start()
         wait_ready(exporters)
         report = measure(exporters, args.duration)
+        for name, row in latency(exporters, args.scrapes, args.idle, args.idle_rounds).items():
+            report["exporters"][name].update(row)
     finally:
         for exporter in exporters:
             exporter.stop()
