@@ -104,12 +104,17 @@ def test_only_the_formats_scrapers_ask_for_are_rendered_and_a_new_one_from_the_n
     publisher.asked(True)  # a Prometheus: it accepts the text format too, and gets it this once
     assert rendered.served(True) is False
     publisher.publish(snap)
+    rendered = publisher.current  # only OpenMetrics: nobody asked for text
+    assert rendered is not None and rendered.text is None and rendered.served(True) is True
+    assert rendered.served(False) is True  # a text client meanwhile gets OpenMetrics, and asks for text
+    publisher.asked(False)
+    publisher.publish(snap)
     rendered = publisher.current
     assert rendered is not None and rendered.served(True) is True and rendered.served(False) is False
-    now[0] += ASKED_WITHIN + 1  # nobody asked for text since: only OpenMetrics is rendered
+    now[0] += ASKED_WITHIN + 1  # nobody asked for text since: only OpenMetrics is rendered again
     publisher.asked(True)
     publisher.publish(snap)
     rendered = publisher.current
-    assert rendered is not None and rendered.text is None and rendered.served(False) is True
+    assert rendered is not None and rendered.text is None
     om = rendered.answer(openmetrics=False, gzip=False, live=b"# EOF\n")
     assert om.content_type.startswith("application/openmetrics-text") and om.body.endswith(b"# EOF\n")

@@ -92,8 +92,7 @@ class Publisher:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.current: Rendered | None = None
         self._clock = clock
-        # format -> when a scrape last asked for it; the text format counts as asked at the start
-        self._asked: dict[bool, float] = {False: clock()}
+        self._asked: dict[bool, float] = {}  # format -> when a scrape last asked for it
 
     def asked(self, openmetrics: bool) -> None:
         self._asked[openmetrics] = self._clock()

@@ -62,7 +62,11 @@ class _RefusingConnection(h11.Connection):
     status = 400
 
     def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]  # h11's overloads, merged
-        if isinstance(event, h11.Response) and self.their_state is h11.SEND_BODY:
+        if (
+            isinstance(event, h11.Response)
+            and self.their_state is h11.SEND_BODY
+            and (b"connection", b"close") not in event.headers
+        ):
             event = h11.Response(
                 status_code=event.status_code,
                 headers=[*event.headers, (b"connection", b"close")],

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 BACKLOG = 128
 SHUTDOWN_GRACE = 2.0  # seconds open connections get to finish after SIGTERM before they are aborted
 # Seconds after the connections are aborted that uvicorn waits for the requests' tasks before it cancels them.
-CANCEL_AFTER = 1.0
+CANCEL_AFTER = 0.5
 ACCEPT_ERROR_LOG_INTERVAL = 60.0
 WATCH_INTERVAL = 1.0  # at most one check of the web config's files per this many seconds
 
@@ -197,12 +197,10 @@ class WebServer:
             access_log=False,
             server_header=False,
             proxy_headers=False,  # the client address is the peer's: no X-Forwarded-For is believed
-            timeout_keep_alive=int(self.limits.idle_timeout),
-            timeout_graceful_shutdown=int(SHUTDOWN_GRACE + CANCEL_AFTER),
             backlog=BACKLOG,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         )
-        # uvicorn's types say int; both are seconds, used as floats.
+        # Set here, not above: uvicorn's types say int, and both are seconds it uses as floats.
         config.timeout_keep_alive = self.limits.idle_timeout  # type: ignore[assignment]
         config.timeout_graceful_shutdown = SHUTDOWN_GRACE + CANCEL_AFTER  # type: ignore[assignment]
         loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 CLOSE_REASONS = (
     "per_address",  # dropped to keep its client address within its share of --web-max-connections
-    "evicted",  # dropped to make room under --web-max-connections (see connections.ConnectionTable)
+    "evicted",  # dropped to make room under --web-max-connections, or when out of file descriptors
     "header_timeout",  # no complete request within --web-header-timeout
     "idle_timeout",  # keep-alive connection idle past --web-idle-timeout
     "response_timeout",  # the client did not take the response in time
