@@ -3,7 +3,7 @@ of a sampler that sleeps between ticks, or right after NVML calls) than in a loo
 
     python3 bench/cold_cost.py [--times 30] [--pause 0.5]
 
-One fold (``smlens.pipeline.fold.fold``) of the readings of a real tick on GPU 0 is timed three ways: hot (2000
+One fold (``smlens.pipeline.fold``) of the readings of a real tick on GPU 0 is timed three ways: hot (2000
 times in a row), after ``--pause`` seconds of sleep, and right after the bare NVML/GPM calls of one tick
 (``Bare`` of bench/mig_tick_cost.py), each ``--times`` times; the medians are printed.
 """
@@ -24,9 +24,9 @@ import pynvml  # noqa: E402
 from mig_tick_cost import Bare  # noqa: E402
 
 from smlens.pipeline import sampler as sampler_module  # noqa: E402
-from smlens.sources.nvml.backend import open_nvml_backends  # noqa: E402
 from smlens.pipeline.fold import fold  # noqa: E402
 from smlens.pipeline.sampler import Sampler  # noqa: E402
+from smlens.sources.nvml.backend import open_nvml_backends  # noqa: E402
 
 
 def timed(run: Any) -> float:

@@ -62,21 +62,6 @@ sys.path[:0] = [str(REPO / "exporter"), str(REPO / "tests")]
 import pynvml  # noqa: E402
 
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode  # noqa: E402
-from smlens.sources.nvml.gpm import (  # noqa: E402
-    INSTANCE_METRICS,
-    METRICS,
-    MIB,
-    RATIO_METRICS,
-    metrics_request,
-    results_layout,
-)
-from smlens.sources.nvml.backend import (  # noqa: E402
-    CLOCK_EVENT_REASONS,
-    CLOCK_EVENTS,
-    bind_tick_reads,
-    decode_plain,
-    open_nvml_backends,
-)
 from smlens.model import Activity, BackendStats, GpuIdentity, GpuState, Snapshot  # noqa: E402
 from smlens.names import (  # noqa: E402
     ENERGY_JOULES,
@@ -86,8 +71,23 @@ from smlens.names import (  # noqa: E402
     SM_CLOCK_MAX_HERTZ,
     xid_label,
 )
-from smlens.sources.nvml.calls import Absent, failure, value_of  # noqa: E402
 from smlens.pipeline.sampler import Sampler  # noqa: E402
+from smlens.sources.nvml.backend import (  # noqa: E402
+    CLOCK_EVENT_REASONS,
+    CLOCK_EVENTS,
+    bind_tick_reads,
+    decode_plain,
+    open_nvml_backends,
+)
+from smlens.sources.nvml.calls import Absent, failure, value_of  # noqa: E402
+from smlens.sources.nvml.gpm import (  # noqa: E402
+    INSTANCE_METRICS,
+    METRICS,
+    MIB,
+    RATIO_METRICS,
+    metrics_request,
+    results_layout,
+)
 
 REFERENCE_US = {
     "nvmlDeviceGetMemoryInfo": 4.8,

@@ -26,11 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
-from smlens.sources.nvml.gpm import METRICS, GpmBackend, metrics_request
-from smlens.sources.nvml.backend import DEFAULT_ENERGY_INTERVAL, DEFAULT_UTILIZATION_INTERVAL, NvmlBackend
 from smlens.errors import SmlensError
 from smlens.model import GpuIdentity
+from smlens.sources.nvml.backend import DEFAULT_ENERGY_INTERVAL, DEFAULT_UTILIZATION_INTERVAL, NvmlBackend
 from smlens.sources.nvml.calls import nvml_module
+from smlens.sources.nvml.gpm import METRICS, GpmBackend, metrics_request
 from smlens.sources.nvml.session import NvmlSession
 
 

@@ -50,11 +50,11 @@ def fake_node(gpus: int) -> FakeNode:
 
 
 def publish_cost(gpus: int, times: int) -> None:
-    from smlens.verdicts import thresholds
-    from smlens.web.app import Publisher
+    from smlens.pipeline.sampler import Sampler
     from smlens.sources.nvml.backend import open_nvml_backends
     from smlens.sources.sim import Scenario, SimBackend
-    from smlens.pipeline.sampler import Sampler
+    from smlens.verdicts import thresholds
+    from smlens.web.app import Publisher
     from smlens.web.status.history import History
 
     now = [0.0]
@@ -100,8 +100,8 @@ def publish_cost(gpus: int, times: int) -> None:
 
 def tick_cost(ticks: int) -> float:
     """Median thread CPU µs of Sampler.tick() over one GPU of the fake, in whichever smlens is imported."""
-    from smlens.sources.nvml.backend import open_nvml_backends
     from smlens.pipeline.sampler import Sampler
+    from smlens.sources.nvml.backend import open_nvml_backends
 
     node = fake_node(1)
     now = [0.0]

@@ -21,9 +21,9 @@ import gc
 import time
 import tracemalloc
 
-from smlens.verdicts import thresholds
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.verdicts import thresholds
 from smlens.web.status import history as history_module
 from smlens.web.status.history import WINDOW_SECONDS, History
 

@@ -35,11 +35,11 @@ sys.path[:0] = [str(REPO / "exporter"), str(REPO / "bench")]
 import pynvml  # noqa: E402
 from mig_tick_cost import Bare  # noqa: E402
 
+from smlens.pipeline.sampler import Sampler  # noqa: E402
+from smlens.sources.nvml.backend import open_nvml_backends  # noqa: E402
+from smlens.sources.nvml.gpm import METRICS, metrics_request, results_layout  # noqa: E402
 from smlens.verdicts import thresholds  # noqa: E402
 from smlens.web.app import Publisher  # noqa: E402
-from smlens.sources.nvml.gpm import METRICS, metrics_request, results_layout  # noqa: E402
-from smlens.sources.nvml.backend import open_nvml_backends  # noqa: E402
-from smlens.pipeline.sampler import Sampler  # noqa: E402
 from smlens.web.status.history import History  # noqa: E402
 
 

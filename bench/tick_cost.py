@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
 from smlens.pipeline import fold as fold_module
 from smlens.pipeline import sampler as sampler_module
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
 
 
 def main() -> None:

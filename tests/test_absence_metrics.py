@@ -21,15 +21,15 @@ from starlette.testclient import TestClient
 from conftest import ExporterFactory
 from fakes.device_source import NvmlLikeNode
 from smlens import names as n
-from smlens.verdicts import thresholds
-from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
-from smlens.sources.dcgm.backend import open_dcgm_backend
-from smlens.sources.sim import SimBackend, load_scenario
-from smlens.exposition.collector import PLAIN_GAUGES, RATIO_GAUGES
 from smlens.errors import ConfigError
+from smlens.exposition.collector import PLAIN_GAUGES, RATIO_GAUGES
+from smlens.exposition.rendered import Publisher
 from smlens.model import GpuIdentity, Snapshot
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.dcgm.backend import open_dcgm_backend
+from smlens.sources.sim import SimBackend, load_scenario
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 
 SCENARIO = Path(__file__).parent / "fixtures" / "scenarios" / "unreadable.yaml"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

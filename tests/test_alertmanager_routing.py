@@ -12,8 +12,8 @@ import yaml
 
 from conftest import REPO
 from promstack import alertmanager_with_webhook, wait_for
-from smlens.verdicts import thresholds
 from smlens.bundle import alertmanager
+from smlens.verdicts import thresholds
 
 ROUTE_FILE = REPO / "alertmanager" / alertmanager.ROUTE_FILE
 

@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from starlette.testclient import TestClient
 
-from smlens.verdicts import thresholds
 from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 
 
 def sampled(ticks: int = 3) -> Snapshot:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from smlens.attribution import sim_layout
 from smlens.attribution.refresher import PODRESOURCES, PROCESSES
-from smlens.sources.sim import Scenario, SimBackend
-from smlens.exposition.collector import SnapshotCollector
 from smlens.errors import ConfigError
+from smlens.exposition.collector import SnapshotCollector
 from smlens.model import (
     UNATTRIBUTED,
     Allocation,
@@ -23,7 +23,7 @@ from smlens.model import (
     WorkloadUsage,
 )
 from smlens.pipeline.sampler import Sampler
-from prometheus_client import CollectorRegistry, generate_latest
+from smlens.sources.sim import Scenario, SimBackend
 
 A = Workload("ml", "a", "main")
 B = Workload("ml", "b", "main")

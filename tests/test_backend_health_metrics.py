@@ -10,11 +10,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from fakes.fake_pynvml import FakeGpu, install
-from smlens.verdicts import thresholds
 from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
-from smlens.settings import resolve
 from smlens.pipeline.build import build_sampler
+from smlens.settings import resolve
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 
 BAD, GOOD = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 

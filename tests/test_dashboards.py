@@ -13,8 +13,8 @@ import yaml
 
 from conftest import REPO, require_tool
 from promstack import GRAFANA_BUILTINS, panel_queries, substitute
-from smlens.verdicts import thresholds
 from smlens.bundle import dashboards, grafana, rules
+from smlens.verdicts import thresholds
 
 DASHBOARDS_DIR = REPO / "dashboards"
 PANEL_TYPES = {"row", "timeseries", "stat", "table", "bargauge", "xychart", "state-timeline"}

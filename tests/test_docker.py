@@ -24,8 +24,8 @@ import pytest
 
 from conftest import REPO, free_port, missing_dependency, wait_ready
 from helm_support import render
-from smlens.sources.dcgm.bindings import BINDING_DIRS
 from smlens.settings import DEFAULT_PORT
+from smlens.sources.dcgm.bindings import BINDING_DIRS
 
 DOCKER = REPO / "docker"
 IMAGE_PYTHON = "3.12"  # the Python of docker/Dockerfile's base image

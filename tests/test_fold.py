@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from smlens import names as n
-from smlens.pipeline.fold import GpuTotals, fold
 from smlens.model import Activity, GpuIdentity, Reading
+from smlens.pipeline.fold import GpuTotals, fold
 from smlens.pipeline.profiling_policy import ProfilingChoice
 
 GPU = GpuIdentity(0, "GPU-0", "Fake")

@@ -10,14 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
-
-from smlens.sources.sim import Scenario, SimBackend, load_scenario
 from prometheus_client import CollectorRegistry
 
 from smlens.exposition.live import SnapshotAge, render_live
 from smlens.exposition.rendered import Rendered
 from smlens.model import Snapshot
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend, load_scenario
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # The steady 8-GPU node, and a node with unreadable values: a GPU without profiling, one without

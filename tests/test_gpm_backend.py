@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
-from smlens.sources.nvml.gpm import METRICS, NOT_SUPPORTED, GpmBackend, results_layout
-from smlens.sources.nvml.backend import NvmlBackend
 from smlens.errors import BackendError, GpuLostError
 from smlens.model import GpuIdentity, Reading
+from smlens.sources.nvml.backend import NvmlBackend
+from smlens.sources.nvml.gpm import METRICS, NOT_SUPPORTED, GpmBackend, results_layout
 from smlens.sources.nvml.session import NvmlSession
 
 MIB = 1 << 20

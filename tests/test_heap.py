@@ -7,8 +7,8 @@ import ctypes
 import pytest
 
 from smlens.pipeline import heap
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
 
 
 def test_released_once_after_the_start_up_ticks(monkeypatch: pytest.MonkeyPatch) -> None:

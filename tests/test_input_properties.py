@@ -13,10 +13,10 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from smlens.verdicts import thresholds
-from smlens.sources.sim import PROFILES, Profile, load_scenario
-from smlens.settings import options, resolve
 from smlens.errors import ConfigError
+from smlens.settings import options, resolve
+from smlens.sources.sim import PROFILES, Profile, load_scenario
+from smlens.verdicts import thresholds
 
 OPTION_NAMES = sorted({o.name for command in ("serve", "check") for o in options(command)})
 THRESHOLD_NAMES = [f.name for f in dataclasses.fields(thresholds.Thresholds)]

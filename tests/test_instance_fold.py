@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from smlens import names as n
-from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 from smlens.model import Activity, InstanceReading, MigInstance, Reading
+from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 
 BUSY = MigInstance(7, "1g.18gb", ("MIG-busy",), 16)
 

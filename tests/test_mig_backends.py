@@ -17,9 +17,9 @@ from fakes.fake_pynvml import (
 )
 from smlens import model as m
 from smlens import names as n
-from smlens.sources.nvml.backend import open_nvml_backends
-from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 from smlens.model import GpuIdentity, InstanceReading, Reading
+from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
+from smlens.sources.nvml.backend import open_nvml_backends
 from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL

@@ -16,15 +16,15 @@ from starlette.testclient import TestClient
 from conftest import ExporterFactory
 from fakes.fake_kubelet import FakeKubelet, pod
 from fakes.fake_pynvml import FakeGpu, FakeGpuInstance, FakeMigDevice, FakeNode, install
-from smlens.verdicts import thresholds
-from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
 from smlens.attribution.devices import DeviceMap
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
+from smlens.exposition.rendered import Publisher
+from smlens.pipeline.sampler import Sampler
 from smlens.sources.nvml.backend import open_nvml_backends
 from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
-from smlens.pipeline.sampler import Sampler
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 OCCUPANCY = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY

@@ -12,9 +12,9 @@ import pytest
 from conftest import GPU_ONLY
 from fakes.fake_pynvml import FakeGpu, FakeNode, install
 from smlens import names as n
-from smlens.sources.nvml.backend import NvmlBackend, open_nvml_backends
 from smlens.errors import BackendError, BackendUnavailable, ConfigError, GpuLostError
 from smlens.model import Activity, GpuIdentity
+from smlens.sources.nvml.backend import NvmlBackend, open_nvml_backends
 from smlens.sources.nvml.calls import Absent, value_of
 from smlens.sources.nvml.session import NvmlSession
 

@@ -15,15 +15,15 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import status_code_conformance
 
+from smlens.exposition.rendered import Publisher
+from smlens.pipeline.sampler import Sampler
+from smlens.sources.sim import Scenario, SimBackend
 from smlens.verdicts import thresholds
 from smlens.web.admin import add_profiling_admin
-from smlens.exposition.rendered import Publisher
 from smlens.web.app import create_app
-from smlens.sources.sim import Scenario, SimBackend
-from smlens.pipeline.sampler import Sampler
 from smlens.web.guard import PROBES, Guard
-from smlens.web.webconfig import web_config_from
 from smlens.web.status.history import History
+from smlens.web.webconfig import web_config_from
 
 TOKEN = "a-token-of-more-than-16-characters"
 AUTH = {"Authorization": "Basic cHJvbWV0aGV1czpzY3JhcGU="}  # prometheus:scrape

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import require_tool, run_cli
-from smlens.verdicts import thresholds
 from smlens.cli import main
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
+from smlens.verdicts import thresholds
 
 FIXTURE = Path(__file__).parent / "fixtures" / "profile" / "h200_schedule.json.gz"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smlens import names as n
-from smlens.sources.base import Backend
 from smlens.model import Activity, GpuIdentity, Reading
 from smlens.pipeline.profiling_policy import ProfilingChoice, attach
+from smlens.sources.base import Backend
 
 GPUS = [GpuIdentity(i, f"GPU-{i}", "Fake") for i in range(3)]
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import REPO, require_tool
-from smlens.verdicts import thresholds
 from smlens.bundle import files, rules
+from smlens.verdicts import thresholds
 
 RULES_DIR = REPO / "rules"
 RUNBOOKS = REPO / "docs" / "runbooks.md"

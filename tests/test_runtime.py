@@ -7,9 +7,9 @@ from types import ModuleType
 import pytest
 
 from fakes.fake_pynvml import FakeGpu, install
-from smlens.settings import resolve
 from smlens.errors import BackendUnavailable
 from smlens.pipeline.build import build_sampler
+from smlens.settings import resolve
 
 HOPPER, AMPERE = "GPU-11111111-0000-0000-0000-000000000000", "GPU-22222222-0000-0000-0000-000000000000"
 

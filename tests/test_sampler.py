@@ -8,13 +8,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smlens import model as m
 from smlens import names as n
-from smlens.pipeline import sampler as sampler_module
-from smlens.sources.base import Backend, Captured, DeviceSource, finish
-from smlens.sources.sim import Scenario, SimBackend
 from smlens.errors import BackendError, GpuLostError
 from smlens.exposition.rendered import Rendered
-from smlens.model import Activity, GpuIdentity, Reading
+from smlens.model import Activity, GpuIdentity, Reading, Snapshot
 from smlens.pipeline.sampler import Sampler
+from smlens.sources.base import Backend, Captured, DeviceSource, finish
+from smlens.sources.sim import Scenario, SimBackend
 
 
 class Clock:

@@ -6,8 +6,8 @@ import pytest
 
 from smlens import model as m
 from smlens import names as n
-from smlens.sources.sim import DEFAULT_LAYOUT, Scenario, SimBackend, load_scenario
 from smlens.errors import ConfigError
+from smlens.sources.sim import DEFAULT_LAYOUT, Scenario, SimBackend, load_scenario
 
 
 def run(backend: SimBackend, ticks: int, dt: float = 1.0) -> dict[int, list[m.Reading]]:

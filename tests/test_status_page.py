@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from smlens.verdicts import thresholds
 from smlens.exposition.rendered import Publisher
-from smlens.web.app import create_app
-from smlens.pipeline.attribution import build_refresher
-from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
-from smlens.settings import resolve
 from smlens.model import Allocation, Attribution, GpuIdentity, Reading, Workload
+from smlens.pipeline.attribution import build_refresher
 from smlens.pipeline.sampler import Sampler
+from smlens.settings import resolve
+from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
+from smlens.verdicts import thresholds
+from smlens.web.app import create_app
 from smlens.web.status import history as history_module
 from smlens.web.status.history import MAX_VALUES_PER_ANSWER, History
 

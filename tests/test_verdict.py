@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from smlens import names as n
-from smlens.verdicts import thresholds
 from smlens.errors import ConfigError
+from smlens.verdicts import thresholds
 from smlens.verdicts.judge import judge
 
 LIMITS = thresholds.load()

@@ -114,8 +114,8 @@ def judge(
 
 def _layout(gpu_index: int) -> tuple[str, int, tuple[MigInstance, ...]]:
     """The GPU's UUID, SM count and MIG instances, through smlens' own NVML layer."""
-    from smlens.sources.nvml.backend import NvmlBackend
     from smlens.errors import BackendUnavailable
+    from smlens.sources.nvml.backend import NvmlBackend
     from smlens.sources.nvml.calls import Absent
     from smlens.sources.nvml.session import NvmlSession
 

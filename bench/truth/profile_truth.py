@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from smlens.verdicts import thresholds
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
+from smlens.verdicts import thresholds
 
 POINTS = 0.02  # SM active and occupancy within 2 points of the reference
 PERIOD_SHARE = 0.05  # step period within 5 %

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from smlens import names as n
-from smlens.sources.base import DeviceSource
 from smlens.model import Activity, GpuIdentity, Reading
+from smlens.sources.base import DeviceSource
 
 
 class NvmlLikeNode(DeviceSource):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from prometheus_client import exposition as text_format
 from prometheus_client import process_collector
@@ -41,4 +42,6 @@ def live_registry(*collectors: Collector) -> CollectorRegistry:
 
 def render_live(registry: CollectorRegistry, openmetrics: bool) -> bytes:
     """In OpenMetrics, with the body's one closing ``# EOF``."""
-    return (openmetrics_format if openmetrics else text_format).generate_latest(registry)
+    if openmetrics:
+        return cast(bytes, openmetrics_format.generate_latest(registry))  # type: ignore[no-untyped-call]
+    return text_format.generate_latest(registry)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Collection
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from prometheus_client import exposition as text_format
 from prometheus_client.openmetrics import exposition as openmetrics_format
@@ -65,7 +65,8 @@ class Rendered:
         self.text = Body(text_format.generate_latest(registry)) if False in formats or not formats else None
         # OpenMetrics ends with one "# EOF": the live families come after these, so it is cut here.
         self.openmetrics = (
-            Body(openmetrics_format.generate_latest(registry).removesuffix(OPENMETRICS_EOF))
+            # prometheus_client leaves its OpenMetrics writer unannotated.
+            Body(cast(bytes, openmetrics_format.generate_latest(registry)).removesuffix(OPENMETRICS_EOF))  # type: ignore[no-untyped-call]
             if True in formats
             else None
         )

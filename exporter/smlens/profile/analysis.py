@@ -60,7 +60,8 @@ def series(recording: Recording) -> Series:
 
 
 def classify(s: Series, t: Thresholds) -> np.ndarray:
-    """Each sample's class, by the verdict's rule (smlens.verdicts.judge.judge) with busy as its utilization."""
+    """Each sample's class, by the verdict's rule (:func:`smlens.verdicts.judge.judge`), with busy as its
+    utilization."""
     classes = np.full(len(s), WORKING, dtype=np.int8)
     classes[(s.busy >= t.busy_utilization) & (s.sm_active <= t.hollow_sm_active)] = HOLLOW
     classes[s.busy < t.busy_utilization] = PARTIAL

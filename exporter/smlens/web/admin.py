@@ -11,6 +11,7 @@ import logging
 import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -109,7 +110,7 @@ def add_profiling_admin(app: FastAPI, control: ProfilingControl, token: str) -> 
         """Is DCGM profiling paused?"""
         return {"paused": control.paused}
 
-    switched = {
+    switched: dict[int | str, dict[str, Any]] = {
         409: {"model": ProfilingRefusal, "description": "this node cannot pause profiling"},
         503: {"model": ProfilingRefusal, "description": "the hostengine did not answer"},
     }

@@ -8,7 +8,9 @@ address a share of it (``per_address``). A new connection is always admitted: ov
 share it replaces that address's own least useful connection; over the cap it replaces the least
 useful connection of the address holding the most. Least useful: waiting for a request and never
 served, then waiting, then the oldest busy one. So one address cannot fill the table, a fresh client
-never waits behind silent or busy ones, and memory stays bounded whatever clients do.
+never waits behind silent or busy ones, and memory stays bounded whatever clients do. When the process
+runs out of file descriptors before the cap, each failed accept sheds the least useful waiting connection
+(:meth:`ConnectionTable.shed`), so that the next accept gets in.
 
 The HTTP/1.1 protocol is uvicorn's with smlens' deadlines (:mod:`smlens.web.protocol`); TLS is started per
 connection (``loop.start_tls``) with the context in force at accept time, so a reloaded certificate

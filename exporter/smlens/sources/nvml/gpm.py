@@ -11,7 +11,8 @@ ratio metrics only; its activity comes back in ``Reading.instances``. The MIG la
 session; a failed instance sample makes the session scan the GPU again, so instances created or destroyed
 while smlens runs appear or leave without a restart.
 
-Made by :func:`smlens.sources.nvml.backend.open_nvml_backends`, sharing one NVML session with the nvml backend.
+Made by :func:`smlens.sources.nvml.backend.open_nvml_backends`, sharing one NVML session with the nvml
+backend.
 """
 
 from __future__ import annotations
