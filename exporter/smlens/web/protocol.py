@@ -5,7 +5,10 @@ every node of a cluster needs and plain uvicorn lacks: a place in the bounded co
 (:class:`~smlens.web.connections.ConnectionTable`), a deadline for the first bytes to a complete request
 head and one for the answer (a slowloris or a client that never reads cannot hold a connection), requests
 that carry both Content-Length and Transfer-Encoding refused (RFC 9112 6.1: the shape of request
-smuggling), heads over ``MAX_HEAD_BYTES`` refused, and malformed requests counted instead of logged.
+smuggling), heads over ``MAX_HEAD_BYTES`` refused, and malformed requests counted instead of logged; a
+response that starts before its request's body has arrived ends the connection, nothing is read after a
+request that ends it, and at shutdown an idle TLS connection does not wait for the client's close_notify.
+The methods overridden here are the ones uvicorn's own H11Protocol calls for these events.
 """
 
 from __future__ import annotations
@@ -144,6 +147,8 @@ class GuardedH11(H11Protocol):
         super().data_received(data)
 
     def handle_events(self) -> None:
+        # uvicorn's parse loop starts a new request cycle once a head is complete: a new one after it
+        # means a request to answer, within response_timeout.
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle and not self.transport.is_closing():  # a request's head is complete
@@ -163,6 +168,7 @@ class GuardedH11(H11Protocol):
             self._deadline.arm(self._table.limits.header_timeout, "header_timeout")
 
     def timeout_keep_alive_handler(self) -> None:
+        """uvicorn's keep-alive timer (``idle_timeout`` here) fired: counted, and the connection aborted."""
         self.drop("idle_timeout")
 
     def send_400_response(self, msg: str) -> None:
@@ -211,6 +217,6 @@ class GuardedH11(H11Protocol):
         self._deadline.cancel()
         self._table.remove(self)
         self._table.stats.closed[reason] += 1
-        self._unset_keepalive_if_required()
+        self._unset_keepalive_if_required()  # uvicorn's timer would otherwise fire on a dropped connection
         if self.transport is not None:
             self.transport.abort()
