@@ -45,6 +45,7 @@ ROOTS = (
 EXTERNAL = {
     "docs/METRICS.md": "utkuozdemir/nvidia_gpu_exporter's metric list (docs/migration.md)",
     "testing/python3/tests/test_prof.py": "NVIDIA/DCGM's profiling tests (docs/dcgm.md)",
+    "tests/test_prof.py": "the same file, as docs/dcgm.md's table names it (under testing/python3/)",
     "test_prof.py": "the same file of NVIDIA/DCGM",
     "pynvml.py": "nvidia-ml-py's module (docs/validation.md)",
     "smlens.monitoring.svc": "the chart's Service name in the cluster's DNS (docs/security.md)",

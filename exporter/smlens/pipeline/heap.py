@@ -16,7 +16,7 @@ START_UP_TICKS = 3
 
 def release_freed_memory() -> None:
     """Imports and set-up free much of what they allocate, but glibc keeps freed pages inside its heap until
-    ``malloc_trim`` hands them back (0.8 MiB of RSS, docs/performance.md "Memory"). Elsewhere than glibc
+    ``malloc_trim`` hands them back. Elsewhere than glibc
     (musl has no ``malloc_trim``) this only collects garbage."""
     gc.collect()
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)

@@ -34,7 +34,7 @@ from smlens.errors import SmlensError
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # The longest waits for the worker: beyond them it is taken as stuck (inside CUPTI, as nothing else blocks).
 START_TIMEOUT_S = 120.0  # a fresh interpreter that imports numpy and CUPTI, on a busy host
-RESULT_TIMEOUT_S = 60.0  # one image's values (about 0.07 s of CPU at 100 µs on the H200, docs/profile.md)
+RESULT_TIMEOUT_S = 60.0  # one image's values: far beyond what evaluating one takes
 CLOSE_TIMEOUT_S = 5.0  # its exit once its jobs end; then it is killed
 STARTING = "the process that evaluates the samples could not start"
 EVALUATING = "evaluating the samples failed in the worker process"

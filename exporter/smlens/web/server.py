@@ -44,8 +44,7 @@ def bind(host: str, port: int) -> socket.socket:
     where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            # a str host is encoded with the idna codec, which stays resident (0.19 MiB, docs/performance.md)
-            host.encode() if host.isascii() else host,
+            host,
             port,
             type=socket.SOCK_STREAM,
             flags=socket.AI_PASSIVE,

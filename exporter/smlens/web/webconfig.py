@@ -195,8 +195,6 @@ def web_config_from(raw: Any, path: Path) -> WebConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix} must be a mapping of keys to values.")
-    # Only now: the file's schema is a pydantic model, and importing it costs serve 7.9 MiB of RSS
-    # (docs/performance.md, "Memory").
     from smlens.web.webconfig_file import checked
 
     model = checked(raw, prefix)
@@ -234,7 +232,7 @@ def load_web_config(path: Path) -> WebConfig:
 
 
 def check_password(hashed: bytes, password: bytes) -> bool:
-    import bcrypt  # only here: without basic_auth_users it would stay resident for nothing (0.4 MiB)
+    import bcrypt  # only here: a node without basic_auth_users never loads it
 
     try:
         return bcrypt.checkpw(password, hashed)

@@ -57,8 +57,8 @@ from smlens.sources.nvml.xids import XidWatch
 log = logging.getLogger(__name__)
 
 # Reads that cost milliseconds on an H200 (bench/nvml_call_cost.py) are not made every tick:
-DEFAULT_ENERGY_INTERVAL = 15.0  # energy (~4 ms) and PCIe replay (~0.15 ms) counters
-DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples (~2.8 ms); the driver keeps ~14 s of them
+DEFAULT_ENERGY_INTERVAL = 15.0  # energy and PCIe replay counters: slow calls, and counters need no more
+DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples: a slow call, and the driver keeps several s of them
 CLOCK_EVENTS = "clock_events"  # key in Reading.missing
 XID_EVENTS = "xid_events"  # key in Reading.missing
 

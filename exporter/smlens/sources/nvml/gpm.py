@@ -4,7 +4,7 @@ NVML GPM (GPU Performance Monitoring, Hopper and newer).
 Each GPU owns two GPM samples. A read takes a new sample into the older one's place and asks NVML for the
 metrics between the previous sample and the new one, so consecutive reads cover consecutive intervals
 exactly; the first read after attach only takes a sample. NVML_GPM_METRIC_GRAPHICS_UTIL is never asked
-for: alone it costs ~1.5 ms per GPU per call on an H200 and repeats NVML utilization.
+for: it costs more than all the others together (docs/backends-nvml-gpm.md) and repeats NVML utilization.
 
 On a GPU in MIG mode each GPU instance gets its own two samples too (``nvmlGpmMigSampleGet``), with the
 ratio metrics only; its activity comes back in ``Reading.instances``. The MIG layout comes from the NVML
@@ -63,8 +63,8 @@ TRAFFIC_METRICS = (  # Reading.increments key, GPM metric in MiB/s
     (NVLINK_RX_BYTES, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC"),
 )
 METRICS = RATIO_METRICS + TRAFFIC_METRICS
-# Per MIG GPU instance: the four the verdicts and rules use; each metric costs ~1.65 us in
-# nvmlGpmMetricsGet on an H200, and the Python that turns it into an Activity costs about as much.
+# Per MIG GPU instance: only the four the verdicts and rules use, since each metric asked costs time in
+# nvmlGpmMetricsGet and in the Python that turns it into an Activity, for every instance.
 INSTANCE_METRICS = tuple(m for m in RATIO_METRICS if m[0] in INSTANCE_ACTIVITIES)
 _IS_RATIO = tuple((key, i < len(RATIO_METRICS)) for i, (key, _) in enumerate(METRICS))
 _INSTANCE_IS_RATIO = tuple((key, True) for key, _ in INSTANCE_METRICS)

@@ -26,7 +26,7 @@ WINDOW_SECONDS = 15 * 60
 SERIES = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE)
 _INDEX = {code: i for i, code in enumerate(n.VERDICT_CODES)}
 # GPU-ticks one /api/v1/history answer carries at most (the oldest first; ``more`` says the rest waits):
-# 16 GPUs' full window at 1 s, about 30 ms of JSON here. docs/status-page.md has the figures.
+# 16 GPUs' full window at 1 s, so that no answer holds a request for long.
 MAX_VALUES_PER_ANSWER = 16 * 900
 
 
