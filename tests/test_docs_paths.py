@@ -9,11 +9,13 @@ Every Markdown file is read whole, fenced code and command output included. What
 - a bare file name ending in ``.py`` (``collector.py``), which some file of the checkout must carry;
 - a module: ``python3 -m smlens.X`` or ``python3 -m bench.X`` (``-m`` needs a ``.py`` file or a package
   with ``__main__.py``), and a dotted ``smlens.X.Y`` in the text, whose modules must exist and whose first
-  attribute past them must be defined there (``smlens.sources.nvml.calls.call``).
+  attribute past them must be defined there (``smlens.sources.nvml.calls.call``);
+- the target of a relative Markdown link (``[text](metrics.md#mig-gpu-instances)``), read from the
+  document's folder, with its anchor: a heading of that file, as GitHub makes anchors of headings.
 
-A path that comes after a ``/``, ``.``, ``~`` or a word character is someone else's (``/etc/...``,
+A path right after a word character or one of ``/ . ~ $ : @ -`` is someone else's (``/etc/...``,
 ``~/.cache/smlens/...``, ``https://.../docs/...``, ``OLD/exporter``); so is the text of a Markdown link
-to an ``http(s)`` address. The few names of other projects' files that still look like ours are listed in
+to an ``http(s)`` address. Links are read in prose only, not in fenced or inline code. The few names of other projects' files that still look like ours are listed in
 ``EXTERNAL`` with where they belong.
 """
 
@@ -58,6 +60,8 @@ _PY_PATH = re.compile(_OUTSIDE + r"(?:[\w-]+/)+[\w-]+\.py\b")
 _PY_FILE = re.compile(_OUTSIDE + r"[\w-]+\.py\b(?!/)")
 _RUN_MODULE = re.compile(r"\bpython(?:3(?:\.\d+)?)?\}?\s+(?:-\w+\s+)*-m\s+((?:smlens|bench)(?:\.\w+)*)")
 _DOTTED = re.compile(_OUTSIDE + r"smlens(?:\.\w+)+")
+_RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:)([^)\s#]*)(?:#([^)\s]*))?\)")
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
 
 
 def _trimmed(path: str) -> str:
@@ -78,9 +82,7 @@ def _package_dirs() -> tuple[Path, ...]:
 
 @cache
 def _file_names() -> frozenset[str]:
-    return frozenset(
-        p.name for root in ROOTS if (REPO / root).is_dir() for p in (REPO / root).rglob("*.py")
-    )
+    return frozenset(p.name for root in ROOTS if (REPO / root).is_dir() for p in (REPO / root).rglob("*.py"))
 
 
 def rooted_path_missing(path: str) -> bool:
@@ -137,6 +139,33 @@ def dotted_name_missing(dotted: str) -> bool:
     return False
 
 
+def anchors(markdown: str) -> frozenset[str]:
+    """GitHub's anchors of a document's headings: lower case, punctuation dropped, spaces as hyphens (a
+    repeated heading gets -1, -2, ...); headings inside fenced code are none."""
+    text = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in _HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return frozenset(found)
+
+
+def link_missing(folder: Path, target: str, anchor: str | None, here: str) -> str | None:
+    """Why a relative link (``target``, possibly empty, and ``anchor``) of the document in ``folder``, whose
+    Markdown is ``here``, leads nowhere; None when it leads somewhere."""
+    path = folder / target if target else None
+    if path is not None and not path.exists():
+        return "no such file or folder"
+    if not anchor or (path is not None and path.suffix != ".md"):
+        return None
+    if anchor not in anchors(here if path is None else path.read_text(encoding="utf-8")):
+        return f"no heading with the anchor #{anchor}"
+    return None
+
+
 CHECKS = (
     (_ROOTED, rooted_path_missing, "no such file or folder"),
     (_PY_PATH, package_path_missing, "no such file in the repository or the package"),
@@ -146,55 +175,68 @@ CHECKS = (
 )
 
 
-def stale_names(text: str) -> list[tuple[int, str, str]]:
-    """(line, name, why) for every name in ``text`` (Markdown) that the checkout lacks."""
-    found = []
+def stale_names(text: str, document: Path) -> list[tuple[int, str, str]]:
+    """(line, name, why) for every name in ``text``, the Markdown of ``document``, that the checkout lacks."""
+    found: list[tuple[int, str, str]] = []
+    fenced = False
     for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced:  # links only in prose: code may hold "](" of its own
+            for match in _RELATIVE_LINK.finditer(re.sub(r"`[^`]*`", "", line)):
+                why = link_missing(document.parent, match.group(1), match.group(2), text)
+                if why is not None:
+                    found.append((number, match.group(0)[2:-1], why))
         line = _LINK_TO_ELSEWHERE.sub(r"\1", line)
         for pattern, missing, why in CHECKS:
             for match in pattern.finditer(line):
                 name = match.group(match.lastindex or 0)
                 if missing(name):
                     found.append((number, _trimmed(name), why))
-    return found
+    unique: dict[tuple[int, str], str] = {}  # a name two checks catch is reported once, with the first why
+    for line_number, name, why in found:
+        unique.setdefault((line_number, name), why)
+    return [(line_number, name, why) for (line_number, name), why in unique.items()]
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_path_and_module_the_docs_name_exists(document: Path) -> None:
-    stale = stale_names(document.read_text(encoding="utf-8"))
+    stale = stale_names(document.read_text(encoding="utf-8"), document)
     assert not stale, "\n".join(
         f"{document.relative_to(REPO)}:{line}: {name}: {why}" for line, name, why in stale
     )
 
 
 def test_the_checks_catch_names_that_do_not_exist_and_spare_others() -> None:
-    text = "\n".join(
-        (
-            "`exporter/smlens/serving/http11.py` and `bench/rss_compare.py`,",  # 1, 1
-            "```",
-            "$ python3 -m smlens.routing --help; python -m bench.import_cost",  # 3, 3
-            "tests/test_nope.py: 1 passed",  # 4
-            "```",
-            "`smlens/backends/nvml.py`, `backends/nvml.py`, `textformat.py`, `smlens.serving.http11`.",  # 6 x4
-            "`smlens.sources.nvml.calls.nope()`",  # 7
-            # Names that exist, and paths of others:
-            "`exporter/smlens/web/app.py`, `rules/*.rules.yaml`, `helm/smlens/`, `rules/...`, `dcgm/backend.py`",
-            "`python3 -m smlens.bundle`, `python3 -m bench.truth`, `smlens.sources.nvml.calls.call()`",
-            "`smlens.__version__`, /etc/prometheus/smlens/x.yaml, ~/.cache/smlens/dcgm-bindings, OLD/exporter",
-            "[docs/web-configuration.md](https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)",
-            "`collector.py`, `python3 -m pytest tests/test_docs_paths.py`",
-        )
+    lines = (
+        "`exporter/smlens/serving/http11.py` and `bench/rss_compare.py`,",  # 1: both gone
+        "```",
+        "$ python3 -m smlens.routing --help; python -m bench.import_cost",  # 3: both gone
+        "tests/test_nope.py: 1 passed",  # 4: a path in command output
+        "```",
+        "`smlens/backends/nvml.py`, `backends/nvml.py`, `textformat.py`, `smlens.serving.http11`",  # 6
+        "`smlens.sources.nvml.calls.nope()`, [gone](docs/nope.md)",  # 7
+        "[moved](docs/metrics.md#no-such-part)",  # 8
+        # Names that exist, and names of others:
+        "`exporter/smlens/web/app.py`, `rules/*.rules.yaml`, `helm/smlens/`, `rules/...`, `dcgm/backend.py`",
+        "`python3 -m smlens.bundle`, `python3 -m bench.truth`, `smlens.sources.nvml.calls.call()`",
+        "`smlens.__version__`, /etc/prometheus/smlens/x.yaml, ~/.cache/smlens/dcgm-bindings, OLD/exporter",
+        "[docs/web-configuration.md](https://github.com/prometheus/exporter-toolkit/blob/main/docs/x.md)",
+        "`collector.py`, [the MIG part](docs/metrics.md#mig-gpu-instances), [top](#smlens), `a[0](b)`",
+        "# smlens",
     )
-    assert [(line, name) for line, name, _ in stale_names(text)] == [
+    stale = stale_names("\n".join(lines), REPO / "README.md")
+    assert [(line, name) for line, name, _ in stale] == [
         (1, "exporter/smlens/serving/http11.py"),
         (1, "bench/rss_compare.py"),
         (3, "smlens.routing"),
         (3, "bench.import_cost"),
-        (3, "smlens.routing"),
         (4, "tests/test_nope.py"),
         (6, "smlens/backends/nvml.py"),
         (6, "backends/nvml.py"),
         (6, "textformat.py"),
         (6, "smlens.serving.http11"),
+        (7, "docs/nope.md"),
         (7, "smlens.sources.nvml.calls.nope"),
+        (8, "docs/metrics.md#no-such-part"),
     ]

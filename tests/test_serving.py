@@ -770,3 +770,48 @@ def test_accept_errors_are_counted_and_logged_at_most_once_a_minute(caplog: pyte
     logged = [r for r in caplog.records if "cannot accept connections" in r.getMessage()]
     assert len(logged) == 5  # at 0, 60, 120, 180 and 240 s
     assert "(120 time(s) since the last report" in logged[1].getMessage()
+
+
+def encrypted_copy(key: Path, to: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    to.write_bytes(
+        private.private_bytes(  # type: ignore[union-attr]
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"a passphrase"),
+        )
+    )
+
+
+def test_an_encrypted_key_is_one_sentence_at_start_up_and_never_a_prompt(
+    pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    _, server, _ = pki
+    encrypted_copy(server.key, tmp_path / "server.key")
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"}}
+    )
+    done = run_cli("serve", "--backend", "sim", "--listen", "127.0.0.1:0", "--web-config-file", str(config))
+    assert done.returncode == 1
+    assert "the key is encrypted with a passphrase" in done.stderr and "Traceback" not in done.stderr
+    assert "PEM pass phrase" not in done.stderr + done.stdout  # OpenSSL's prompt
+
+
+def test_a_key_swapped_for_an_encrypted_one_is_refused_on_reload_and_serving_goes_on(
+    serve: Launcher, pki: tuple[TestCA, Issued, Issued], tmp_path: Path
+) -> None:
+    ca, server, _ = pki
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"}}
+    )
+    served = serve("--web-config-file", str(config), scheme="https", ready=tls_client(ca))
+    encrypted_copy(server.key, server.key)
+    served.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "the key is encrypted" not in served.log_text():
+        assert time.monotonic() < deadline, served.log_text()
+        time.sleep(0.1)
+    assert tls_client(ca).get(served.base + "/-/healthy", timeout=5).status_code == 200
+    assert "PEM pass phrase" not in served.log_text()

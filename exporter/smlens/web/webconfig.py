@@ -82,6 +82,14 @@ def _pem_file(text: str) -> Path:
     return Path(handle.name)
 
 
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> str:
+    raise _EncryptedKey
+
+
 def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
     where = "tls_server_config"
     cert_file, key_file = _resolve(base, tls.cert_file), _resolve(base, tls.key_file)
@@ -127,7 +135,14 @@ def _tls_context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
         key = key_file or _pem_file(tls.key or "")
         temporary += [p for p, inline in ((cert, cert_file is None), (key, key_file is None)) if inline]
         try:
-            context.load_cert_chain(cert, key)
+            # A callback, so that an encrypted key never makes OpenSSL prompt on the terminal (which would
+            # hang start-up, or the event loop on a reload); exporter-toolkit takes no encrypted keys either.
+            context.load_cert_chain(cert, key, password=_no_passphrase)
+        except _EncryptedKey:
+            raise ConfigError(
+                f"{where}: the key is encrypted with a passphrase; give an unencrypted key "
+                "(e.g. openssl pkey -in KEY -out KEY.plain)."
+            ) from None
         except FileNotFoundError as exc:
             # ssl leaves exc.filename unset: name the file that is missing.
             name, missing = ("cert_file", cert) if not Path(cert).exists() else ("key_file", key)
