@@ -10,8 +10,8 @@ exporter's CPU seconds per sampling tick per GPU while nobody scrapes, and its R
 
 With ``--other-tree``, it serves this tree and the other side by side and times the same requests on both,
 alternating which goes first, then prints each endpoint's medians and their ratio (this tree to the other).
-``--pace`` waits that long before each timed round: with ``--interval 0.1 --pace 1.5`` each request finds
-the 15 ticks that a 15 s scrape finds at a 1 s interval, captured and waiting to be published.
+``--pace`` waits that long before each timed round, so that each round is a first scrape after a pause, as
+Prometheus makes them.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def main() -> int:
         "--pace",
         type=float,
         default=0.0,
-        help="--other-tree: seconds before each timed round, for ticks to wait for a request to publish them",
+        help="--other-tree: seconds before each timed round (a pause, as between Prometheus' scrapes)",
     )
     args = parser.parse_args()
     if args.other_tree is not None:

@@ -5,7 +5,7 @@ Every Markdown file is read whole, fenced code and command output included. What
 - a repository path: one that starts at a top-level folder (``exporter/smlens/web/app.py``,
   ``bench/peer_compare.py``, ``rules/*.rules.yaml``, ``helm/smlens/``), or at the package
   (``smlens/web/status/static/``, read under ``exporter/``);
-- a path to a ``.py`` file inside the package or a bench folder (``dcgm/backend.py``, ``status/page.py``);
+- a path to a ``.py`` file inside the package or bench/ (``dcgm/backend.py``, ``status/page.py``);
 - a bare file name ending in ``.py`` (``collector.py``), which some file of the checkout must carry;
 - a module: ``python3 -m smlens.X`` or ``python3 -m bench.X`` (``-m`` needs a ``.py`` file or a package
   with ``__main__.py``), and a dotted ``smlens.X.Y`` in the text, whose modules must exist and whose first
@@ -15,8 +15,8 @@ Every Markdown file is read whole, fenced code and command output included. What
 
 A path right after a word character or one of ``/ . ~ $ : @ -`` is someone else's (``/etc/...``,
 ``~/.cache/smlens/...``, ``https://.../docs/...``, ``OLD/exporter``); so is the text of a Markdown link
-to an ``http(s)`` address. Links are read in prose only, not in fenced or inline code. The few names of other projects' files that still look like ours are listed in
-``EXTERNAL`` with where they belong.
+to an ``http(s)`` address. Links are read in prose only, not in fenced or inline code. The few names of
+other projects' files that still look like ours are listed in ``EXTERNAL`` with where they belong.
 """
 
 from __future__ import annotations

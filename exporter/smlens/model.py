@@ -291,7 +291,7 @@ class Snapshot(NamedTuple):
     taken_at: float  # unix time at the end of the tick
     interval_seconds: float
     tick_duration_seconds: float
-    sampler_cpu_seconds_total: float  # the sampler's thread's CPU, publishing elsewhere, tick()'s captures
+    sampler_cpu_seconds_total: float  # CPU time of the ticks so far, on whichever thread ran them
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]
     attribution: Attribution = EMPTY_ATTRIBUTION  # who holds and uses each GPU, refreshed in the background

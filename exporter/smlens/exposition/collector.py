@@ -292,8 +292,8 @@ class SnapshotCollector(Collector):
         )
         yield CounterMetricFamily(
             n.SMLENS_SAMPLER_CPU_SECONDS,
-            "CPU time spent sampling since start: the sampler thread's, waits included, and publishing "
-            "elsewhere.",
+            "CPU time of the sampler's ticks since start: their calls, decoding, folding and rendering for "
+            "/metrics (a tick's rendering counts in the next snapshot).",
             value=snap.sampler_cpu_seconds_total,
         )
         yield GaugeMetricFamily(

@@ -41,8 +41,8 @@ class Backend(abc.ABC):
     def capture(self, gpu: GpuIdentity, now: float) -> Captured:
         """Make this tick's calls for one GPU; turning their results into a Reading may wait (``finish``).
 
-        The sampler captures at every tick and decodes captured ticks in batches, where Python runs warm
-        (docs/performance.md). Backends whose values need no decoding just read."""
+        The sampler makes every GPU's calls first and decodes them after, so that the calls of one tick
+        stand close together in time. Backends whose values need no decoding just read."""
         return self.read(gpu, now)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
