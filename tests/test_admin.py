@@ -98,3 +98,12 @@ def test_a_header_with_bytes_beyond_ascii_is_denied_not_an_error() -> None:
         "/admin/profiling", headers={"X-Admin-Token": "s3cret-token-012345678\xe9".encode("latin-1")}
     )
     assert reply.status_code == 401
+
+
+def test_a_token_file_without_end_is_one_sentence() -> None:
+    from pathlib import Path
+
+    from smlens.web.admin import read_token
+
+    with pytest.raises(ConfigError, match=r"admin token file /dev/zero is larger than 4096 bytes"):
+        read_token(Path("/dev/zero"))

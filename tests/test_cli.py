@@ -83,10 +83,13 @@ def test_check_prints_a_verdict_per_gpu() -> None:
 
 def test_check_says_what_it_samples_and_logs_only_warnings() -> None:
     result = run_cli("check", "--backend", "sim", "--sim-gpus", "3", "--duration", "1", "--interval", "0.2")
-    assert result.stderr.splitlines() == ["smlens check: sampling 3 GPU(s) (sim) for 1 s ..."]
+    assert result.stderr.splitlines() == [
+        "smlens check: sampling 3 GPU(s) (sim) for 1 s ...",
+        "smlens check: exit 3: --fail-on hollow matched GPU 1 (hollow), GPU 2 (hollow).",
+    ]
     verbose = run_cli("check", "--backend", "sim", "--duration", "0.5", "--log-level", "info")
     assert " INFO smlens.pipeline.profiling_policy: GPU 0 " in verbose.stderr
-    assert verbose.stderr.splitlines()[-1].startswith("smlens check: sampling 8 GPU(s)")
+    assert verbose.stderr.splitlines()[-2].startswith("smlens check: sampling 8 GPU(s)")
 
 
 @pytest.mark.parametrize(
@@ -106,6 +109,14 @@ def test_check_exit_code_gates_on_verdicts(fail_on: str | None, code: int) -> No
     verdicts = [g["verdict"]["code"] for g in json.loads(result.stdout)["gpus"]]
     wanted = {"hollow"} if fail_on is None else set(fail_on.split(",")) - {"none"}
     assert bool(wanted & set(verdicts)) == (code == 3), verdicts
+    # Exit 3 says why, in one line on stderr: every GPU whose verdict matched, and the verdict.
+    why = [line for line in result.stderr.splitlines() if line.startswith("smlens check: exit 3: ")]
+    matched = ", ".join(f"GPU {i} ({v})" for i, v in enumerate(verdicts) if v in wanted)
+    assert why == (
+        [f"smlens check: exit 3: --fail-on {','.join(sorted(wanted))} matched {matched}."]
+        if code == 3
+        else []
+    )
 
 
 def test_check_fail_on_and_log_level_come_from_the_environment_too() -> None:
@@ -133,13 +144,20 @@ def test_bad_flags_and_files_get_one_line_and_nonzero_exit(tmp_path: Path) -> No
     bad_yaml.write_text("interval: [1, 2")
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("colour: red\n")
+    too_fast = tmp_path / "too-fast.yaml"
+    too_fast.write_text("backend: sim\ninterval: 0\n")
     cases = [
         (("serve", "--interval", "0"), 1, "--interval: '0' must be from 0.1 to 60.0"),
         (("serve", "--interval", "fast"), 1, "must be a number"),
         (("serve", "--backend", "cuda"), 1, "must be one of auto, nvml, dcgm, sim"),
         (("serve", "--listen", "nowhere"), 1, "must be HOST:PORT"),
         (("serve", "--frobnicate"), 2, "unrecognized arguments: --frobnicate"),
-        (("serve", "--config", str(bad_yaml)), 1, "is not valid YAML"),
+        (("serve", "--config", str(bad_yaml)), 1, f"config file {bad_yaml} is not valid YAML at line 1: "),
+        (
+            ("serve", "--config", str(too_fast)),
+            1,
+            f"config file {too_fast} option 'interval': 0 must be from",
+        ),
         (("serve", "--config", str(unknown)), 1, "unknown option 'colour'"),
         (("serve", "--config", str(tmp_path / "absent.yaml")), 1, "cannot read config file"),
         (("check", "--backend", "sim", "--duration", "0"), 1, "--duration: '0' must be from 0.5 to 600"),

@@ -78,23 +78,47 @@ def test_an_overflowed_hardware_buffer_stops_the_capture_with_one_sentence(cupti
         capture(cupti, [60])
 
 
-def test_capture_polls_while_the_gpu_writes_and_reports_progress(cupti: Any) -> None:
+def test_capture_polls_while_the_gpu_writes_and_reports_progress(
+    cupti: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
-    from smlens.profile.cupti_session import capture as timed_capture
+    from smlens.profile import cupti_session
 
+    hardware = cupti.HARDWARE
     stop = threading.Event()
 
-    def gpu() -> None:  # about 10 kHz of records while the capture runs
+    # What is asserted must not hang on how the host schedules two threads and a worker process: the GPU
+    # writes while the capture polls, but never so far ahead of the decoding that an image could fill, and
+    # the capture's clock moves one poll period only once the GPU has written something to decode.
+    def gpu() -> None:
         while not stop.is_set():
-            cupti.HARDWARE.feed(10)
+            if len(hardware.waiting) < 50:
+                hardware.feed(10)
             stop.wait(0.001)
 
+    class Clock:
+        now = 0.0
+        perf_counter = staticmethod(time.perf_counter)
+        process_time = staticmethod(time.process_time)
+
+        @staticmethod
+        def monotonic() -> float:
+            return Clock.now
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            deadline = time.monotonic() + 60
+            while len(hardware.waiting) < 20 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            Clock.now += seconds
+
+    monkeypatch.setattr(cupti_session, "time", Clock)
     writer = threading.Thread(target=gpu)
     writer.start()
     progress: list[tuple[float, int]] = []
     try:
-        recording = timed_capture(GPU, 0.6, INTERVAL, lambda t, n: progress.append((t, n)))
+        recording = cupti_session.capture(GPU, 0.6, INTERVAL, lambda t, n: progress.append((t, n)))
     finally:
         stop.set()
         writer.join()

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
 
-from conftest import require_tool, run_cli
+from conftest import REPO, require_tool, run_cli
 from smlens.cli import main
 from smlens.profile import analysis
 from smlens.profile.recording import Recording
@@ -132,6 +134,47 @@ def test_without_cupti_python_one_sentence_and_exit_1(monkeypatch: pytest.Monkey
         "smlens: smlens profile needs NVIDIA's cupti-python, which is not installed: "
         "pip install 'smlens[profile]'.\n"
     )
+
+
+# Runs smlens where neither numpy nor cupti-python is installed: importing either fails as it would there.
+WITHOUT_THE_EXTRA = """
+import runpy, sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("numpy", "cupti"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+sys.argv[0] = "smlens"
+runpy.run_module("smlens", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "needs"),
+    [
+        (["--seconds", "1"], "NVIDIA's cupti-python and numpy, which are"),
+        (["--from-json", str(FIXTURE)], "numpy, which is"),  # an analysis without a capture needs no CUPTI
+    ],
+    ids=["capture", "from-json"],
+)
+def test_without_the_extra_one_sentence_names_the_install(
+    tmp_path: Path, args: list[str], needs: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_EXTRA, "profile", *args, "--out", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        done.stderr == f"smlens: smlens profile needs {needs} not installed: pip install 'smlens[profile]'.\n"
+    )
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_a_recording_with_zero_peaks_gets_one_sentence(tmp_path: Path) -> None:

@@ -52,6 +52,33 @@ def _by_gpu(base: str, expr: str) -> dict[str, float]:
     return {s["metric"]["gpu"]: float(s["value"][1]) for s in query(base, expr)}
 
 
+def _samples(base: str, selector: str) -> dict[float, float]:
+    """The samples of the one series ``selector`` matches, over the last minute, by their timestamp."""
+    series = query(base, f"{selector}[1m]")
+    assert len(series) <= 1, series
+    return {float(at): float(value) for at, value in series[0]["values"]} if series else {}
+
+
+def _at_one_evaluation(base: str, *selectors: str) -> tuple[float, list[float]]:
+    """The time of the latest rule evaluation that wrote all these series, and their values then.
+
+    Every rule of one evaluation writes its samples at that evaluation's time; read one query after the
+    other, the series could come from two evaluations, and a rate over a window longer than the data
+    grows with each one."""
+    found: list[tuple[float, list[float]]] = []
+
+    def written() -> bool:
+        series = [_samples(base, selector) for selector in selectors]
+        common = set.intersection(*(set(samples) for samples in series))
+        if common:
+            at = max(common)
+            found.append((at, [samples[at] for samples in series]))
+        return bool(common)
+
+    wait_for(f"one evaluation that wrote {', '.join(selectors)}", written)
+    return found[-1]
+
+
 def _rules(base: str) -> list[dict[str, Any]]:
     groups = httpx.get(f"{base}/api/v1/rules", timeout=10).json()["data"]["groups"]
     return [rule for group in groups for rule in group["rules"]]
@@ -79,17 +106,24 @@ def test_rules_evaluate_without_errors_and_record_what_the_sim_gpus_do(stack: st
     # Hollow GPUs count all their GPU-seconds as hollow. (rate() over a window longer than the data
     # Prometheus has yet is the window's average, so compare with the GPU's sampled seconds.)
     hollow = _by_gpu(stack, "gpu:gpu_busy_but_hollow_seconds:rate10m")
-    sampled = _by_gpu(stack, "gpu:gpu_utilization_sampled_seconds:rate10m")
     assert {gpu for gpu, value in hollow.items() if value > 0} == {"1", "2"}
-    assert hollow["1"] == pytest.approx(sampled["1"])
+    _, (hollow_1, sampled_1) = _at_one_evaluation(
+        stack,
+        'gpu:gpu_busy_but_hollow_seconds:rate10m{gpu="1"}',
+        'gpu:gpu_utilization_sampled_seconds:rate10m{gpu="1"}',
+    )
+    assert hollow_1 == pytest.approx(sampled_1)
 
     # The node's mean is its GPU-seconds summed, then divided: the same as from the raw counters.
     [node] = query(stack, "hostname:gpu_sm_active:ratio_rate10m")
     assert node["metric"] == {"__name__": "hostname:gpu_sm_active:ratio_rate10m", "hostname": HOSTNAME}
+    at, [node_mean] = _at_one_evaluation(stack, "hostname:gpu_sm_active:ratio_rate10m")
     [raw] = query(
-        stack, "sum(rate(gpu_sm_active_seconds_total[10m])) / sum(rate(gpu_profiled_seconds_total[10m]))"
+        stack,
+        "sum(rate(gpu_sm_active_seconds_total[10m])) / sum(rate(gpu_profiled_seconds_total[10m]))",
+        at=at,
     )
-    assert float(node["value"][1]) == pytest.approx(float(raw["value"][1]), abs=0.01)
+    assert node_mean == pytest.approx(float(raw["value"][1]), abs=0.01)
 
     # Workload levels carry the owner the exporter attributes the GPU to.
     owners = query(stack, 'gpu_allocation_info{gpu="1"}')
@@ -98,12 +132,8 @@ def test_rules_evaluate_without_errors_and_record_what_the_sim_gpus_do(stack: st
     [per_gpu] = query(stack, 'gpu:gpu_sm_active:ratio_rate10m{gpu="1"}')
     assert (per_gpu["metric"]["namespace"], per_gpu["metric"]["pod"]) == (owner["namespace"], owner["pod"])
     pod_hollow = f'namespace_pod:gpu_busy_but_hollow_seconds:rate10m{{pod="{owner["pod"]}"}}'
-    # Two seconds back, both series hold samples of the same completed evaluation (every second).
-    wait_for("the pod layer two seconds ago", lambda: bool(query(stack, pod_hollow, at=time.time() - 2)))
-    at = time.time() - 2
-    [pod] = query(stack, pod_hollow, at=at)
-    [gpu] = query(stack, 'gpu:gpu_busy_but_hollow_seconds:rate10m{gpu="1"}', at=at)
-    assert float(pod["value"][1]) == float(gpu["value"][1]) > 0
+    _, (pod, gpu) = _at_one_evaluation(stack, pod_hollow, 'gpu:gpu_busy_but_hollow_seconds:rate10m{gpu="1"}')
+    assert pod == gpu > 0
 
 
 def _series_label_values(base: str, selector: str, label: str) -> list[str]:

@@ -71,7 +71,7 @@ def test_a_huge_whole_number_is_one_sentence(tmp_path: Path, name: str) -> None:
     for flags, environ, origin in (
         ({name: HUGE}, {}, flag),
         ({}, {env: HUGE}, f"environment variable {env}"),
-        ({"config": str(config)}, {}, f"config file option '{name}'"),
+        ({"config": str(config)}, {}, f"config file {config} option '{name}'"),
     ):
         try:
             resolve("check", {"backend": "sim", **flags}, environ=environ)
@@ -85,10 +85,14 @@ def test_a_huge_whole_number_is_one_sentence(tmp_path: Path, name: str) -> None:
 def test_non_finite_numbers_are_refused_from_the_config_file(tmp_path: Path, text: str) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(f"interval: {text}\n")
-    with pytest.raises(ConfigError, match=r"^config file option 'interval': .* must be a finite number\.$"):
+    with pytest.raises(
+        ConfigError, match=rf"^config file {config} option 'interval': .* must be a finite number\.$"
+    ):
         resolve("serve", {"config": str(config)}, environ={})
     config.write_text(f"sim_gpus: {text}\n")
-    with pytest.raises(ConfigError, match=r"^config file option 'sim_gpus': .* must be a whole number\.$"):
+    with pytest.raises(
+        ConfigError, match=rf"^config file {config} option 'sim_gpus': .* must be a whole number\.$"
+    ):
         resolve("serve", {"config": str(config)}, environ={})
 
 
@@ -123,7 +127,9 @@ def test_a_config_key_without_a_value_leaves_the_option_at_its_default(tmp_path:
 def test_whole_numbers_are_whole(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("sim_gpus: 2.5\nsim_seed: 3.0\n")
-    with pytest.raises(ConfigError, match=r"^config file option 'sim_gpus': 2\.5 must be a whole number\.$"):
+    with pytest.raises(
+        ConfigError, match=rf"^config file {config} option 'sim_gpus': 2\.5 must be a whole number\.$"
+    ):
         resolve("serve", {"config": str(config)}, environ={})
     config.write_text("backend: sim\nsim_gpus: 2.0\n")
     assert resolve("serve", {"config": str(config)}, environ={}).sim_gpus == 2

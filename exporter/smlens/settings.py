@@ -24,7 +24,7 @@ from smlens import names as n
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.errors import ConfigError
-from smlens.files import read_yaml
+from smlens.files import quote, read_yaml
 from smlens.names import MAX_SIM_GPUS
 from smlens.sources.registry import KINDS, SIM_GPUS, SIM_SEED, accepting
 
@@ -466,9 +466,11 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     for key, value in raw.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise ConfigError(f"config file {path}: unknown option {str(key)!r}.")
+            raise ConfigError(f"config file {path}: unknown option {quote(str(key))}.")
         if name in values:
-            raise ConfigError(f"config file {path}: option {name!r} is given twice (- and _ spell it alike).")
+            raise ConfigError(
+                f"config file {path}: option {quote(name)} is given twice (- and _ spell it alike)."
+            )
         values[name] = value
     return values
 
@@ -487,13 +489,14 @@ def resolve(
     command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = os.environ
 ) -> SourceSettings:
     """The settings of ``command``: every value parsed and every rule between values checked."""
-    config_path = flags.get("config") or environ.get(CONFIG_ENV)
-    from_file = _read_config_file(_config_path(config_path)) if config_path else {}
+    config_raw = flags.get("config") or environ.get(CONFIG_ENV)
+    config_path = _config_path(config_raw) if config_raw else None
+    from_file = _read_config_file(config_path) if config_path else {}
     values: dict[str, Any] = {}
     for o in options(command):
         raw, origin = o.default, "the default"
         if from_file.get(o.name) is not None:  # a key without a value leaves the option unset
-            raw, origin = from_file[o.name], f"config file option {o.name!r}"
+            raw, origin = from_file[o.name], f"config file {config_path} option {o.name!r}"
         if o.env in environ:
             raw, origin = environ[o.env], f"environment variable {o.env}"
         if flags.get(o.name) is not None:
@@ -504,19 +507,14 @@ def resolve(
         try:
             values[o.name] = o.parse(raw)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise ConfigError(f"{origin}: {_shorten(raw)} {exc}.") from None
+            raise ConfigError(f"{origin}: {quote(raw)} {exc}.") from None
     settings = COMMANDS[command](**values)
     settings.check()
     return settings
-
-
-def _shorten(raw: Any, limit: int = 60) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _config_path(raw: str) -> Path:
     try:
         return _path(raw)
     except ValueError as exc:
-        raise ConfigError(f"--config / {CONFIG_ENV}: {raw!r} {exc}.") from None
+        raise ConfigError(f"--config / {CONFIG_ENV}: {quote(raw)} {exc}.") from None

@@ -22,7 +22,7 @@ from typing import Any
 
 from smlens.attribution.refresher import SIM
 from smlens.errors import ConfigError
-from smlens.files import read_yaml
+from smlens.files import quote, read_yaml
 from smlens.model import Allocation, GpuIdentity, Workload
 
 EXCLUSIVE_RESOURCE = "nvidia.com/gpu"
@@ -50,7 +50,7 @@ DEFAULT_PODS: tuple[SimPod, ...] = (
 def _name(entry: dict[str, Any], key: str, where: str) -> str:
     value = entry.get(key)
     if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
-        raise ConfigError(f"{where}: '{key}' must be a non-empty name without spaces, got {value!r}.")
+        raise ConfigError(f"{where}: '{key}' must be a non-empty name without spaces, got {quote(value)}.")
     return value.strip()
 
 
@@ -66,14 +66,16 @@ def load(path: Path) -> tuple[SimPod, ...]:
             raise ConfigError(f"{where}: expected a mapping with namespace, pod, container and gpus.")
         unknown = sorted(set(entry) - {"namespace", "pod", "container", "gpus"})
         if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known: namespace, pod, container, gpus.")
+            raise ConfigError(
+                f"{where}: unknown key {quote(unknown[0])}; known: namespace, pod, container, gpus."
+            )
         gpus = entry.get("gpus")
         if (
             not isinstance(gpus, list)
             or not gpus
             or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus)
         ):
-            raise ConfigError(f"{where}: 'gpus' must be a non-empty list of GPU indices, got {gpus!r}.")
+            raise ConfigError(f"{where}: 'gpus' must be a non-empty list of GPU indices, got {quote(gpus)}.")
         owner = Workload(
             _name(entry, "namespace", where), _name(entry, "pod", where), _name(entry, "container", where)
         )

@@ -126,7 +126,7 @@ def _serve(settings: ServeSettings) -> int:
 
 
 def _check(settings: CheckSettings) -> int:
-    from smlens.cli.check import render_json, render_table, report, sample
+    from smlens.cli.check import matched, render_json, render_table, report, sample
     from smlens.pipeline.build import build_sampler
 
     limits = thresholds.load(settings.thresholds)
@@ -150,7 +150,11 @@ def _check(settings: CheckSettings) -> int:
         print(render_json(settings.node_name, settings.duration, reports))
     else:
         print(render_table(reports))
-    return 3 if any(r.verdict.code in settings.fail_on for r in reports) else 0
+    failed = matched(reports, settings.fail_on)
+    if failed is None:
+        return 0
+    print(failed, file=sys.stderr)
+    return 3
 
 
 def _run(settings: SourceSettings) -> int:

@@ -70,6 +70,14 @@ def sample(sampler: Sampler, seconds: float) -> tuple[Snapshot, Snapshot]:
     return first, last
 
 
+def matched(reports: list[GpuReport], fail_on: frozenset[str]) -> str | None:
+    """One line naming the GPUs whose verdict is in ``fail_on`` (why the command exits 3), or None."""
+    hits = [f"GPU {r.index} ({r.verdict.code})" for r in reports if r.verdict.code in fail_on]
+    if not hits:
+        return None
+    return f"smlens check: exit 3: --fail-on {','.join(sorted(fail_on))} matched {', '.join(hits)}."
+
+
 def render_table(reports: list[GpuReport]) -> str:
     rows = [HEADERS] + [
         (str(r.index), r.model, *(percent(r.means[k]) for k in COLUMNS), r.verdict.text) for r in reports

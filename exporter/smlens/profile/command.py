@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ MIN_INTERVAL_US = 100  # 10 kHz
 DEFAULT_INTERVAL_US = 200
 MAX_INTERVAL_US = 1_000_000
 MAX_SECONDS = 600
+# The modules of the extra (pip install 'smlens[profile]'), as the sentence about a missing one names them.
+EXTRA = {"cupti": "NVIDIA's cupti-python", "numpy": "numpy"}
 
 
 def add_parser(commands: Any, formatter: Any) -> None:
@@ -60,11 +63,30 @@ def _progress(elapsed: float, samples: int, seconds: float) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from smlens.profile.recording import Recording
-    from smlens.profile.report import render_html
-    from smlens.profile.summary import render_text, summarize
+def check_extra(capturing: bool) -> None:
+    """One sentence if a module of the extra does not import: the analysis imports numpy, and a capture
+    needs cupti-python too (a recording given by --from-json does not)."""
+    missing = []
+    for module in ("cupti", "numpy") if capturing else ("numpy",):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            root = (exc.name or module).split(".")[0]
+            if root != module:  # installed, but something it imports is not
+                raise SmlensError(
+                    f"smlens profile needs {EXTRA[module]}, which cannot load ({root} is missing): "
+                    "pip install 'smlens[profile]'."
+                ) from None
+            missing.append(EXTRA[module])
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise SmlensError(
+            f"smlens profile needs {' and '.join(missing)}, which {verb} not installed: "
+            "pip install 'smlens[profile]'."
+        )
 
+
+def run(args: argparse.Namespace) -> int:
     if not 0 < args.seconds <= MAX_SECONDS:
         raise SmlensError(f"--seconds must be above 0 and at most {MAX_SECONDS}, got {args.seconds:g}.")
     if not MIN_INTERVAL_US <= args.interval_us <= MAX_INTERVAL_US:
@@ -81,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     for path in (None if args.out == "-" else Path(args.out), args.json):
         if path is not None:
             _check_writable(path)
+    check_extra(capturing=args.from_json is None)  # before the first import of numpy, below
+    from smlens.profile.recording import Recording
+    from smlens.profile.report import render_html
+    from smlens.profile.summary import render_text, summarize
+
     recording = Recording.load(args.from_json) if args.from_json is not None else _capture(args)
     if len(recording) == 0:
         raise SmlensError("the capture holds no sample (the GPU clock did not advance?).")

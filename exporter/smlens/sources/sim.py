@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import reprlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 
 from smlens import names as n
 from smlens.errors import ConfigError, GpuLostError
-from smlens.files import read_yaml
+from smlens.files import clip, quote, read_yaml
 from smlens.model import Activity, GpuIdentity, InstanceReading, MigInstance, Reading
 from smlens.sources.base import DeviceSource
 
@@ -156,7 +155,7 @@ def _unreadable(raw: Any, where: str) -> frozenset[str]:
     unknown = sorted(set(keys) - UNREADABLE_KEYS)
     if unknown:
         known = ", ".join(sorted(UNREADABLE_KEYS))
-        raise ConfigError(f"{where}: cannot make {', '.join(unknown)} unreadable; known: {known}.")
+        raise ConfigError(f"{where}: cannot make {clip(', '.join(unknown))} unreadable; known: {known}.")
     return frozenset(keys)
 
 
@@ -186,22 +185,22 @@ def _profile(raw: Any, where: str) -> Profile:
     if isinstance(raw, str):
         raw = {"profile": raw}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a profile name or a mapping, got {raw!r}.")
+        raise ConfigError(f"{where}: expected a profile name or a mapping, got {quote(raw)}.")
     base_name = raw.get("profile", "idle")
     if not isinstance(base_name, str) or base_name not in PROFILES:
-        raise ConfigError(f"{where}: unknown profile {base_name!r}; known: {', '.join(PROFILES)}.")
+        raise ConfigError(f"{where}: unknown profile {quote(base_name)}; known: {', '.join(PROFILES)}.")
     overrides = {k: v for k, v in raw.items() if k not in ("profile", "seconds", "unreadable")}
     fields = {f.name for f in dataclasses.fields(Profile)}
     for key, value in overrides.items():
         if key not in fields:
             raise ConfigError(
-                f"{where}: unknown field {key!r}; known: profile, seconds, {', '.join(fields)}."
+                f"{where}: unknown field {quote(key)}; known: profile, seconds, {', '.join(fields)}."
             )
         ratio_field = not key.endswith("_per_second")
         number = _finite(value)
         if number is None or number < 0 or (ratio_field and number > 1):
             bound = "a ratio from 0 to 1" if ratio_field else "a non-negative number"
-            raise ConfigError(f"{where}: {key} must be {bound}, got {reprlib.repr(value)}.")
+            raise ConfigError(f"{where}: {key} must be {bound}, got {quote(value)}.")
         overrides[key] = number
     return dataclasses.replace(PROFILES[base_name], **overrides)
 
@@ -244,8 +243,7 @@ def load_scenario(path: Path) -> Scenario:
                 seconds = _finite(raw_seconds)
                 if seconds is None or seconds <= 0:
                     raise ConfigError(
-                        f"{where}.phases[{j}]: 'seconds' must be a positive number, "
-                        f"got {reprlib.repr(raw_seconds)}."
+                        f"{where}.phases[{j}]: 'seconds' must be a positive number, got {quote(raw_seconds)}."
                     )
                 here = f"{where}.phases[{j}]"
                 built.append(Phase(_profile(phase, here), seconds, _unreadable(phase, here)))
@@ -265,7 +263,7 @@ def _instances(raw: Any, where: str) -> tuple[SimInstance, ...]:
         name = entry.get("mig_profile") if isinstance(entry, dict) else None
         if not isinstance(name, str) or name not in SIM_MIG_PROFILES:
             raise ConfigError(
-                f"{slot}: mig_profile must be one of {', '.join(SIM_MIG_PROFILES)}, got {name!r}."
+                f"{slot}: mig_profile must be one of {', '.join(SIM_MIG_PROFILES)}, got {quote(name)}."
             )
         instances.append(
             SimInstance(name, _profile({k: v for k, v in entry.items() if k != "mig_profile"}, slot))

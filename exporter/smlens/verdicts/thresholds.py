@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smlens.errors import ConfigError
-from smlens.files import read_yaml
+from smlens.files import quote, read_yaml
 
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _URL = re.compile(r"^https?://\S+$")
@@ -78,7 +76,7 @@ def _build(raw: Any, origin: str) -> Thresholds:
     names = {f.name: f for f in dataclasses.fields(Thresholds)}
     unknown = sorted(set(raw) - set(names), key=str)
     if unknown:
-        raise ConfigError(f"{origin}: unknown threshold {unknown[0]!r}; known: {', '.join(names)}.")
+        raise ConfigError(f"{origin}: unknown threshold {quote(unknown[0])}; known: {', '.join(names)}.")
     missing = sorted(set(names) - set(raw))
     if missing:
         raise ConfigError(f"{origin}: threshold {missing[0]!r} is missing.")
@@ -86,17 +84,20 @@ def _build(raw: Any, origin: str) -> Thresholds:
     for name, value in raw.items():
         if names[name].type == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ConfigError(f"{origin}: threshold {name!r} must be a ratio from 0 to 1, got {value!r}.")
+                raise ConfigError(
+                    f"{origin}: threshold {name!r} must be a ratio from 0 to 1, got {quote(value)}."
+                )
             values[name] = float(value)
         elif name in _TEXT_FIELDS:
             check, expected = _TEXT_FIELDS[name]
             if not isinstance(value, str) or not check(value):
-                raise ConfigError(f"{origin}: threshold {name!r} must be {expected}, got {value!r}.")
+                raise ConfigError(f"{origin}: threshold {name!r} must be {expected}, got {quote(value)}.")
             values[name] = value
         else:
             if not isinstance(value, str) or not _DURATION.match(value):
                 raise ConfigError(
-                    f"{origin}: threshold {name!r} must be a Prometheus duration such as 15m, got {value!r}."
+                    f"{origin}: threshold {name!r} must be a Prometheus duration such as 15m, "
+                    f"got {quote(value)}."
                 )
             values[name] = value
     return Thresholds(**values)
@@ -104,7 +105,7 @@ def _build(raw: Any, origin: str) -> Thresholds:
 
 def load(path: Path | None = None) -> Thresholds:
     """The shipped thresholds, with the keys of the YAML file at ``path`` (if any) overriding them."""
-    base = _build(yaml.safe_load(SHIPPED.read_text()), "shipped thresholds.yaml")
+    base = _build(read_yaml(SHIPPED, "shipped thresholds file"), "shipped thresholds.yaml")
     if path is None:
         return base
     overrides = read_yaml(path, "thresholds file")

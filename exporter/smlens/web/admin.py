@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from smlens.errors import BackendError, ConfigError
+from smlens.files import read_bounded
 from smlens.sources.base import ProfilingControl
 from smlens.web.answers import READ, ErrorAnswer, ProfilingRefusal, ProfilingState
 
@@ -39,8 +40,8 @@ def checked_token(token: str, origin: str = "the admin token") -> str:
 def read_token(path: Path) -> str:
     """The token in ``path``: exactly one line (a final newline allowed) of 16+ characters. A file
     that others than its owner can read draws a warning: anyone who reads it can pause profiling."""
+    data = read_bounded(path, "admin token file", limit=4096)
     try:
-        data = path.read_bytes()
         mode = path.stat().st_mode
     except OSError as exc:
         raise ConfigError(f"cannot read admin token file {path}: {exc.strerror}.") from exc

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from smlens.errors import ConfigError
+from smlens.files import quote
 
 # The headers exporter-toolkit lets a file set, with the only values it accepts where it restricts them.
 HEADERS: dict[str, tuple[str, ...]] = {
@@ -42,7 +43,7 @@ def go_duration(text: str) -> float:
         return 0.0
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a duration such as 1s, 250ms or 1m30s")
+        raise ValueError(f"{quote(text)} is not a duration such as 1s, 250ms or 1m30s")
     return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
@@ -150,7 +151,7 @@ def _first_error(exc: ValidationError) -> str:
         return f"unknown key {where!r}"
     if error["type"] == "literal_error":
         allowed = error.get("ctx", {}).get("expected", "")
-        return f"{where}: {error['input']!r} is not one of {allowed}"
+        return f"{where}: {quote(error['input'])} is not one of {allowed}"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
 
