@@ -121,7 +121,7 @@ class DcgmSession:
                 log.debug("destroying DCGM %s %s failed: %s", kind, ident, exc)
 
     def forget(self, made: Sequence[Made]) -> None:
-        """Destroy what one watch made and stop counting it among this session's."""
+        """Destroy what one watch made and stop counting it among the current DCGM connection's."""
         self.destroy(made)
         self.made = [m for m in self.made if m not in made]
 
