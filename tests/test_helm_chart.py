@@ -110,6 +110,8 @@ def test_chart_version_follows_the_package() -> None:
         ({"thresholds": {"hollow_sm_active": "high"}}, "at '/thresholds/hollow_sm_active'"),
         ({"thresholds": {"hollow_for": "15 minutes"}}, "at '/thresholds/hollow_for'"),
         ({"thresholds": {"runbook_base_url": "https://x/a b"}}, "at '/thresholds/runbook_base_url'"),
+        ({"prometheusRelease": "kube prometheus"}, "at '/prometheusRelease'"),
+        ({"prometheusRelease": "x" * 64}, "at '/prometheusRelease'"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_key(values: dict[str, Any], message: str) -> None:
@@ -215,9 +217,55 @@ def test_monitoring_objects_render_only_where_the_crds_are_served() -> None:
     kinds = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
     auto = render({"monitoringCRDs": "auto"})
     assert not [o for o in auto.objects if o["kind"] in kinds]
-    assert "were NOT rendered" in auto.notes and "monitoringCRDs=always" in auto.notes
     assert {o["kind"] for o in render().objects} >= {"ServiceMonitor", "PrometheusRule"}
     assert not [o for o in render({"monitoringCRDs": "never"}).objects if o["kind"] in kinds]
+
+
+def test_notes_describe_only_the_monitoring_objects_that_were_rendered() -> None:
+    """NOTES.txt must not describe a ServiceMonitor or PrometheusRule and then say neither exists."""
+    auto = render({"monitoringCRDs": "auto"}).notes
+    assert "No ServiceMonitor was rendered: Helm sees no monitoring.coreos.com/v1" in auto
+    assert "No PrometheusRule was rendered either." in auto
+    assert "set monitoringCRDs=always" in auto and "port 10132 of every pod" in auto
+    assert "rules/ directory" in auto
+    for described in ("scrapes the exporters through", "PrometheusRule smlens", "release label", "up{job="):
+        assert described not in auto, described
+    web = render(
+        {**yaml.safe_load((CHART_DIR / "ci" / "webconfig-values.yaml").read_text()), "monitoringCRDs": "auto"}
+    )
+    assert "scrapes with scheme" not in web.notes and "it serves https only" in web.notes
+    rules_only = render({"monitoringCRDs": "auto", "serviceMonitor": {"enabled": False}}).notes
+    assert "No ServiceMonitor or PodMonitor was created" in rules_only
+    assert "No PrometheusRule was rendered: Helm sees no monitoring.coreos.com/v1" in rules_only
+    never = render(
+        {"monitoringCRDs": "never", "serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}}
+    )
+    assert "No PodMonitor was rendered: monitoringCRDs=never leaves it out" in never.notes
+    rendered = render().notes  # monitoringCRDs=always
+    assert "scrapes the exporters through ServiceMonitor smlens." in rendered
+    assert "Alerting and recording rules: PrometheusRule smlens." in rendered
+    assert "not rendered" not in rendered and "were NOT" not in rendered
+
+
+def test_one_value_gives_every_monitoring_object_the_release_label() -> None:
+    kinds = ("ServiceMonitor", "PrometheusRule")
+    rendered = render({"prometheusRelease": "kps"})
+    assert [rendered.one(kind)["metadata"]["labels"]["release"] for kind in kinds] == ["kps", "kps"]
+    assert "ServiceMonitor smlens, labelled release=kps." in rendered.notes
+    assert "PrometheusRule smlens, labelled release=kps." in rendered.notes
+    assert "prometheusRelease=" not in rendered.notes  # nothing left to set
+    pods = render(
+        {"prometheusRelease": "kps", "serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}}
+    )
+    assert pods.one("PodMonitor")["metadata"]["labels"]["release"] == "kps"
+    assert all("release" not in render().one(kind)["metadata"]["labels"] for kind in kinds)
+    # Values written before prometheusRelease existed render as they did; an object's own label wins.
+    old = render(
+        {kind: {"additionalLabels": {"release": "kps"}} for kind in ("serviceMonitor", "prometheusRule")}
+    )
+    assert [old.one(kind)["metadata"]["labels"]["release"] for kind in kinds] == ["kps", "kps"]
+    both = render({"prometheusRelease": "kps", "prometheusRule": {"additionalLabels": {"release": "other"}}})
+    assert [both.one(kind)["metadata"]["labels"]["release"] for kind in kinds] == ["kps", "other"]
 
 
 def test_default_daemonset_runs_on_gpu_nodes_only() -> None:
@@ -369,10 +417,10 @@ def test_user_relabelings_come_after_the_charts() -> None:
 def test_notes_tell_what_to_do_next() -> None:
     notes = render().notes
     assert "kubectl -n monitoring port-forward ds/smlens 10132" in notes
-    assert "serviceMonitor.additionalLabels.release=" in notes
+    assert "--set prometheusRelease=<your kube-prometheus-stack release>" in notes
     assert "podResources.enabled=true" in render({"podResources": {"enabled": False}}).notes
     labelled = render(CHART_DIR / "ci" / "attribution-values.yaml").notes
-    assert "additionalLabels.release" not in labelled
+    assert "prometheusRelease" not in labelled
     assert "Workload labels" not in labelled
 
 

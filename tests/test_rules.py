@@ -140,7 +140,7 @@ def test_thresholds_flow_into_the_rules() -> None:
 
 def test_recorded_names_follow_level_metric_operations() -> None:
     t = thresholds.load()
-    levels = {level.name for level in (rules.GPU, *rules.AGGREGATES, rules.INSTANCE)}
+    levels = {level.name for level in (rules.GPU, *rules.AGGREGATES, rules.NAMESPACE_POD, rules.INSTANCE)}
     names = [r["record"] for r in _records(t)]
     assert len(names) == len(set(names))
     for name in names:
@@ -148,11 +148,17 @@ def test_recorded_names_follow_level_metric_operations() -> None:
         assert level in levels and metric.startswith("gpu"), name
         assert re.fullmatch(r"(topk_)?(ratio_)?rate10m|count(10m)?|sum", operations), name
     for level in (rules.GPU, *rules.AGGREGATES):
-        for mean in rules.MEANS:
-            assert rules.mean_name(level, mean, t.window) in names
-        assert rules.efficiency_name(level, t.window) in names
+        recorded_means = {name for name in names if name.startswith(f"{level.name}:") and ":ratio_" in name}
+        assert recorded_means == {rules.mean_name(level, mean, t.window) for mean in level.ratios}
+        for summed in rules.SUMMED:
+            if level is not rules.GPU or summed not in (rules.PROFILED_BUSY, rules.SOL_PROFILED):
+                assert rules.sum_name(level, summed, t.window) in names
         assert rules.hollow_name(level, t.window) in names
-    # The per-GPU names users' own queries rely on stay as they were.
+    # Every mean at the cluster and fleet layers; the per-GPU names users' own queries and the
+    # alerts rely on stay as they were.
+    for level in (rules.CLUSTER, rules.FLEET):
+        assert set(level.ratios) == {*rules.MEANS, rules.EFFICIENCY, rules.COMPUTE_SOL}
+    assert rules.GPU.ratios == (rules.UTILIZATION_MEAN, rules.SM_ACTIVE_MEAN)
     assert {"gpu:gpu_sm_active:ratio_rate10m", "gpu:gpu_utilization:ratio_rate10m"} <= set(names)
 
 
@@ -168,9 +174,9 @@ def test_each_layer_sums_the_layer_below_and_divides_its_own_sums() -> None:
         kept = ", ".join(rules.level_labels(level, "cluster"))
         grouping = f"by ({kept}) " if kept else ""
         for summed in rules.SUMMED:
-            below = rules.sum_name(level.below, summed, t.window)
+            below = rules.summed(level.below, summed, t.window)
             assert records[rules.sum_name(level, summed, t.window)] == f"sum {grouping}({below})"
-        for mean in (*rules.MEANS, rules.EFFICIENCY):
+        for mean in level.ratios:
             numerator, denominator = records[rules.mean_name(level, mean, t.window)].split("\n/\n")
             assert numerator.startswith(rules.sum_name(level, mean.numerator, t.window)), level.name
             assert denominator == f"({rules.sum_name(level, mean.denominator, t.window)} > 0)"

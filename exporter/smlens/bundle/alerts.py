@@ -11,15 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from smlens import names as n
-from smlens.bundle.layers import GPU, GPU_LEVEL_LABELS, INSTANCE, level_labels, mean_name
+from smlens.bundle.dcgm_exporter import PROFILING_FIELDS
+from smlens.bundle.layers import (
+    COMPUTE_SOL,
+    GPU,
+    GPU_LEVEL_LABELS,
+    INSTANCE,
+    level_labels,
+    mean_expr,
+    mean_name,
+    stalled_name,
+)
 from smlens.bundle.promql import by, number, quoted, total
 from smlens.bundle.series import (
     DCGM_EXPORTER,
-    DCGM_PROFILING_FIELDS,
     HARDWARE_XIDS,
     INSTANCE_MEANS,
-    MIG_HELD_MEMORY_BYTES,
-    SLOWDOWN_REASONS,
     SM_ACTIVE_MEAN,
     SM_OCCUPANCY_MEAN,
     TENSOR_ACTIVE_MEAN,
@@ -63,7 +70,7 @@ def _alert(
 
 
 def _gpu_mean(t: Thresholds, mean: Mean) -> str:
-    return mean_name(GPU, mean, t.window)
+    return mean_expr(GPU, mean, t.window)
 
 
 def _per_gpu(t: Thresholds) -> str:
@@ -151,14 +158,38 @@ def _busy_but_sm_underused(t: Thresholds) -> Alert:
     )
 
 
-def _low_sm_occupancy(t: Thresholds) -> Alert:
+def _busy_but_stalled(t: Thresholds) -> Alert:
+    sol = mean_expr(GPU, COMPUTE_SOL, t.window)
+    return _alert(
+        t,
+        "GPUBusyButStalled",
+        # GPUs with few warps resident are GPULowSMOccupancy's, whose fix is more specific.
+        f"{sol}\nand\n{stalled_name(GPU, t.window)} > 0\nunless\n({_low_occupancy(t)})",
+        t.stalled_for,
+        "info",
+        "GPU's SMs are active but neither its compute pipes nor its memory are near their peak",
+        f"{_WHERE}: busy, with at least {percent(t.working_sm_active, 0)} of its SMs active, but its busiest"
+        f" compute pipe worked only {{{{ $value | humanizePercentage }}}} of the time and DRAM stayed below"
+        f" {percent(t.memory_bound_dram, 0)} of its bandwidth ({t.window} means): the SMs wait on memory"
+        " latency, synchronisation or many small kernels. Profile a step with `smlens profile`.",
+    )
+
+
+def _low_occupancy(t: Thresholds) -> str:
+    """SMs active with few warps resident, and no tensor-core work to explain it."""
     occupancy, sm = _gpu_mean(t, SM_OCCUPANCY_MEAN), _gpu_mean(t, SM_ACTIVE_MEAN)
     tensor = _gpu_mean(t, TENSOR_ACTIVE_MEAN)
+    return (
+        f"{occupancy} <= {number(t.low_occupancy)}\nand\n{sm} >= {number(t.working_sm_active)}\n"
+        f"unless\n{tensor} >= {number(t.tensor_busy)}"
+    )
+
+
+def _low_sm_occupancy(t: Thresholds) -> Alert:
     return _alert(
         t,
         "GPULowSMOccupancy",
-        f"{occupancy} <= {number(t.low_occupancy)}\nand\n{sm} >= {number(t.working_sm_active)}\n"
-        f"unless\n{tensor} >= {number(t.tensor_busy)}",
+        _low_occupancy(t),
         t.low_occupancy_for,
         "info",
         "GPU SMs are active but hold very few warps",
@@ -202,7 +233,7 @@ def _dcgm_exporter_profiling_off(t: Thresholds) -> Alert:
     """dcgm-exporter GPUs without SM activity, one alert per cluster: which counters dcgm-exporter
     exports is one setting of its DaemonSet, so a warning per GPU would page a fleet for a choice."""
     c = t.cluster_label
-    fields = " and ".join(f"`{f}`" for f in DCGM_PROFILING_FIELDS)
+    fields = " and ".join(f"`{f.legacy.name}` / `{f.current.name}`" for f in PROFILING_FIELDS)
     return _alert(
         t,
         "GPUDcgmExporterProfilingOff",
@@ -213,9 +244,10 @@ def _dcgm_exporter_profiling_off(t: Thresholds) -> Alert:
         "dcgm-exporter exports no SM activity for some GPUs",
         f"{{{{ $value }}}} GPUs that dcgm-exporter reports{{{{ with $labels.{c} }}}} in cluster {{{{ . }}}}"
         f"{{{{ end }}}} have no SM activity, so busy and hollow GPUs look the same there. dcgm-exporter's"
-        f" default counters (etc/default-counters.csv) leave {fields} commented out: uncomment both"
-        " in the counters file it runs with (-f / DCGM_EXPORTER_COLLECTORS, or its ConfigMap) and"
-        " restart it, or run smlens on those nodes.",
+        " default counters (etc/default-counters.csv) leave SM activity and occupancy commented out:"
+        f" uncomment {fields} (names before / since dcgm-exporter 4.9.0) in the counters file it runs"
+        " with (-f / DCGM_EXPORTER_COLLECTORS, or its ConfigMap) and restart it, or run smlens on"
+        " those nodes.",
     )
 
 
@@ -352,7 +384,7 @@ def _uncorrectable_ecc(t: Thresholds) -> Alert:
 
 
 def _clock_slowdown(t: Thresholds) -> Alert:
-    slowdown = f"{n.GPU_CLOCK_EVENT_ACTIVE}{{reason=~{quoted('|'.join(SLOWDOWN_REASONS))}}}"
+    slowdown = f"{n.GPU_CLOCK_EVENT_ACTIVE}{{reason=~{quoted('|'.join(n.SLOWDOWN_REASONS))}}}"
     return _alert(
         t,
         "GPUClockSlowdown",
@@ -372,7 +404,7 @@ def _mig_instance_hollow(t: Thresholds) -> Alert:
     sm = mean_name(INSTANCE, INSTANCE_MEANS[0], t.window)
     key = f"{c}, hostname, uuid, gpu_instance, mig_uuid"
     held = (
-        f"group by ({key}) ({n.GPU_MIG_MEMORY_USED_BYTES} > {number(MIG_HELD_MEMORY_BYTES)})\n"
+        f"group by ({key}) ({n.GPU_MIG_MEMORY_USED_BYTES} > {number(n.MIG_HELD_MEMORY_BYTES)})\n"
         f'  or\n  group by ({key}) ({n.GPU_MIG_INFO}{{pod!=""}})'
     )
     return _alert(
@@ -393,6 +425,7 @@ def _mig_instance_hollow(t: Thresholds) -> Alert:
 # In the order of the rule file.
 ALERTS: tuple[Callable[[Thresholds], Alert], ...] = (
     _busy_but_sm_underused,
+    _busy_but_stalled,
     _low_sm_occupancy,
     _allocated_but_idle,
     _profiling_unavailable,

@@ -6,6 +6,12 @@ sampled at each scrape, so the window means are means of those samples, not the 
 counters give; a short burst between two scrapes is missed or counted for a whole scrape interval.
 GPUs that smlens reports are left out, so running both exporters on one node counts each GPU once.
 
+Generations: dcgm-exporter 4.9.0 (DCGM 4.7) renamed its default and profiling fields to DCGM's new
+names, some with a new unit (utilization from percent to a ratio, framebuffer memory from MiB to
+bytes), and its driver-version label; 4.8.3 renamed its ``Hostname`` label to ``hostname``. The rules
+read every generation (docs/migration.md has the table). Where a GPU has both, as while its node's
+exporter is upgraded, the newest generation alone is mapped, so a GPU is never counted twice.
+
 MIG: dcgm-exporter labels a GPU instance's series with the parent GPU's ``gpu`` and ``UUID`` plus
 ``GPU_I_ID`` (NVML's GPU instance id) and ``GPU_I_PROFILE``. Those go into smlens' own per-instance
 layer (``gpu_instance:gpu_mig_*``, ``gpu_mig_info``, ``gpu_mig_memory_used_bytes``), never into the
@@ -15,7 +21,7 @@ per-GPU layer, which would count a sliced GPU once per slice; the parent GPU get
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from smlens import names as n
@@ -24,7 +30,6 @@ from smlens.bundle.promql import by
 from smlens.bundle.recording import Rule, record
 from smlens.bundle.series import (
     DCGM_EXPORTER,
-    DCGM_PROFILING_FIELDS,
     DRAM_ACTIVE_MEAN,
     INSTANCE_MEANS,
     INSTANCE_MEASURED,
@@ -42,106 +47,180 @@ HEADER = (
     "# Maps dcgm-exporter's series into smlens' per-GPU recorded series (docs/migration.md).\n"
 )
 # The label a scrape's relabelling adds with the Kubernetes node name (docs/migration.md). Where it
-# is missing, dcgm-exporter's Hostname stands in: often the exporter pod's name, not the node's.
+# is missing, dcgm-exporter's own stands in: often the exporter pod's name, not the node's. Before
+# 4.8.3 that label is `Hostname`; since, it is `hostname`, smlens' own name, which needs no renaming.
 NODE_LABEL = "node"
+HOSTNAME_SOURCES = ("Hostname", NODE_LABEL)
 
 
 @dataclass(frozen=True)
 class Field:
-    """A dcgm-exporter gauge and the scale that makes it a 0..1 ratio."""
+    """A dcgm-exporter gauge and the factor that turns its values into smlens' unit."""
 
     name: str
     scale: float = 1.0
 
+    def scaled(self, expr: str) -> str:
+        return expr if self.scale == 1.0 else f"{expr} * {self.scale!r}"
 
-SM_ACTIVE_FIELD, SM_OCCUPANCY_FIELD = DCGM_PROFILING_FIELDS
+
+@dataclass(frozen=True)
+class Renamed:
+    """One DCGM field under dcgm-exporter's names: since 4.9.0 (``current``) and before (``legacy``)."""
+
+    current: Field
+    legacy: Field
+
+    @property
+    def generations(self) -> tuple[Field, Field]:
+        """Newest first: the order in which a GPU's series are preferred."""
+        return self.current, self.legacy
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return self.current.name, self.legacy.name
+
+
+UTILIZATION = Renamed(Field("DCGM_FI_DEV_GPU_UTIL_RATIO"), Field("DCGM_FI_DEV_GPU_UTIL", 0.01))  # percent
+SM_ACTIVE = Renamed(Field("DCGM_FI_PROF_SM_UTIL_RATIO"), Field("DCGM_FI_PROF_SM_ACTIVE"))
+SM_OCCUPANCY = Renamed(Field("DCGM_FI_PROF_SM_OCCUPANCY_RATIO"), Field("DCGM_FI_PROF_SM_OCCUPANCY"))
+# The fields smlens' SM means need, which dcgm-exporter's default counters leave commented out.
+PROFILING_FIELDS = (SM_ACTIVE, SM_OCCUPANCY)
 # Numerator counter of each smlens mean, from the dcgm-exporter field that samples the same ratio.
 NUMERATORS = {
-    UTILIZATION_MEAN.numerator: Field("DCGM_FI_DEV_GPU_UTIL", 0.01),  # percent
-    SM_ACTIVE_MEAN.numerator: Field(SM_ACTIVE_FIELD),
-    SM_OCCUPANCY_MEAN.numerator: Field(SM_OCCUPANCY_FIELD),
-    TENSOR_ACTIVE_MEAN.numerator: Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
-    DRAM_ACTIVE_MEAN.numerator: Field("DCGM_FI_PROF_DRAM_ACTIVE"),
+    UTILIZATION_MEAN.numerator: UTILIZATION,
+    SM_ACTIVE_MEAN.numerator: SM_ACTIVE,
+    SM_OCCUPANCY_MEAN.numerator: SM_OCCUPANCY,
+    TENSOR_ACTIVE_MEAN.numerator: Renamed(
+        Field("DCGM_FI_PROF_TENSOR_UTIL_RATIO"), Field("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    ),
+    DRAM_ACTIVE_MEAN.numerator: Renamed(
+        Field("DCGM_FI_PROF_DRAM_UTIL_RATIO"), Field("DCGM_FI_PROF_DRAM_ACTIVE")
+    ),
 }
 
 
-# Framebuffer memory in use, in MiB (etc/default-counters.csv), and the MIG labels' sources: the GPU
-# instance id and profile (internal/pkg/rendermetrics), and the MIG device UUID that dcgm-exporter adds
-# only where pods get GPUs through DRA (internal/pkg/transformation/const.go).
-FB_USED = Field("DCGM_FI_DEV_FB_USED", 1024.0 * 1024.0)
-# gpu_info's labels from dcgm-exporter's: the model, and the driver version (a label-type field).
-INFO_LABELS = {"model": "modelName", "driver_version": "DCGM_FI_DRIVER_VERSION"}
-MIG_LABELS = {n.GPU_INSTANCE: "GPU_I_ID", n.MIG_PROFILE: "GPU_I_PROFILE", n.MIG_UUID: "dra_mig_device_uuid"}
+# Framebuffer memory in use: bytes since 4.9.0, MiB before.
+FB_USED = Renamed(Field("DCGM_FI_DEV_FB_USED_BYTES"), Field("DCGM_FI_DEV_FB_USED", 1024.0 * 1024.0))
+# smlens' label to the dcgm-exporter labels it comes from, in rising precedence. gpu_info's: the model,
+# and the driver version (a label-type field, renamed in 4.9.0). The MIG labels': the GPU instance id
+# and profile (internal/pkg/rendermetrics), and the MIG device UUID that dcgm-exporter adds only where
+# pods get GPUs through DRA (internal/pkg/transformation/const.go).
+INFO_LABELS = {
+    "model": ("modelName",),
+    "driver_version": ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
+}
+MIG_LABELS = {
+    n.GPU_INSTANCE: ("GPU_I_ID",),
+    n.MIG_PROFILE: ("GPU_I_PROFILE",),
+    n.MIG_UUID: ("dra_mig_device_uuid",),
+}
+WHOLE_GPU = 'GPU_I_ID=""'
+MIG_INSTANCE = 'GPU_I_ID!=""'
 
 
-def whole_gpu(field: str) -> str:
-    """The selector of a field's whole-GPU series. MIG slices (GPU_I_ID set) are not mapped: one
+def whole_gpu(*fields: str) -> str:
+    """The selector of the fields' whole-GPU series. MIG slices (GPU_I_ID set) are not mapped: one
     series per slice in the per-GPU layer would count a sliced GPU once per slice and give one GPU
     several owners."""
-    return f'{field}{{GPU_I_ID=""}}'
+    return _selector(fields, WHOLE_GPU)
 
 
-def mig_instance(field: str) -> str:
-    """The selector of a field's series per MIG GPU instance."""
-    return f'{field}{{GPU_I_ID!=""}}'
+def mig_instance(*fields: str) -> str:
+    """The selector of the fields' series per MIG GPU instance."""
+    return _selector(fields, MIG_INSTANCE)
 
 
-def as_smlens(
-    expr: str, t: Thresholds, only: str, level: Level = GPU, kept: Mapping[str, str] | None = None
+def _selector(fields: Sequence[str], matcher: str) -> str:
+    if len(fields) == 1:
+        return f"{fields[0]}{{{matcher}}}"
+    return f'{{__name__=~"{"|".join(fields)}", {matcher}}}'
+
+
+def _key(level: Level, cluster: str) -> str:
+    """The labels that name one GPU (or one MIG instance) of the level."""
+    instance = (n.GPU_INSTANCE,) if level is INSTANCE else ()
+    return ", ".join((cluster, n.HOSTNAME, n.UUID, *instance))
+
+
+def mapped(
+    expr: str, t: Thresholds, level: Level = GPU, kept: Mapping[str, Sequence[str]] | None = None
 ) -> str:
-    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or Hostname) to hostname, and
-    exported_namespace/pod/container, where present, over namespace/pod/container; one series per
-    GPU, restricted by ``only`` (a set operation on cluster, hostname and uuid).
+    """dcgm-exporter labels to smlens': UUID to uuid, the node label (or dcgm-exporter's own) to
+    hostname, and exported_namespace/pod/container, where present, over namespace/pod/container; one
+    series per GPU (per instance on the instance level).
 
     The exported_ labels are dcgm-exporter's pod labels renamed by a scrape without honorLabels, whose
     own namespace/pod/container name the exporter pod (docs/migration.md asks for honorLabels).
-    ``kept``: more dcgm-exporter labels to keep, smlens' name to dcgm-exporter's."""
-    renamed = (
-        f'label_replace(label_replace(label_replace({expr}, "uuid", "$1", "UUID", "(.+)"),'
-        f' "hostname", "$1", "Hostname", "(.+)"), "hostname", "$1", "{NODE_LABEL}", "(.+)")'
-    )
-    for label in n.OWNER_LABELS:
-        renamed = f'label_replace({renamed}, "{label}", "$1", "exported_{label}", "(.+)")'
-    renames = {**(MIG_LABELS if level is INSTANCE else {}), **(kept or {})}
-    for label, source in renames.items():
+    ``kept``: more labels to keep, smlens' name to the dcgm-exporter labels it comes from."""
+    renames = [
+        (n.UUID, "UUID"),
+        *((n.HOSTNAME, source) for source in HOSTNAME_SOURCES),
+        *((label, f"exported_{label}") for label in n.OWNER_LABELS),
+    ]
+    extra = {**(MIG_LABELS if level is INSTANCE else {}), **(kept or {})}
+    renames += [(label, source) for label, sources in extra.items() for source in sources]
+    renamed = expr
+    for label, source in renames:
         renamed = f'label_replace({renamed}, "{label}", "$1", "{source}", "(.+)")'
     labels = level_labels(level, t.cluster_label)
-    labels += tuple(label for label in renames if label not in labels)
-    return f"max {by(labels)}(\n  {renamed}\n)\n{only}"
+    labels += tuple(label for label in extra if label not in labels)
+    return f"max {by(labels)}(\n  {renamed}\n)"
+
+
+def newest(per_generation: Sequence[str], t: Thresholds, only: str, level: Level = GPU) -> str:
+    """One series per GPU from the expressions of a field's generations (newest first): the newest
+    that the GPU has, restricted by ``only`` (a set operation on cluster, hostname and uuid).
+
+    Each generation has its own selector: a range function over both names would drop the names that
+    tell them apart, mixing their samples, and Prometheus fails the rule where an old and a new series
+    then have the same labels."""
+    union = f"\nor on ({_key(level, t.cluster_label)})\n".join(mapped(e, t, level) for e in per_generation)
+    return f"(\n{union}\n)\n{only}"
+
+
+def present(
+    fields: Sequence[str],
+    t: Thresholds,
+    only: str,
+    level: Level = GPU,
+    kept: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """1 per GPU that has a series of any of ``fields`` now, restricted by ``only``. One selector
+    reads every name: the names are kept until the series are merged, and the value set after."""
+    selector = _selector(fields, MIG_INSTANCE if level is INSTANCE else WHOLE_GPU)
+    return f"{mapped(selector, t, level, kept)} * 0 + 1\n{only}"
 
 
 def dcgm_exporter_rules(t: Thresholds) -> list[Rule]:
     w = t.window
     c = t.cluster_label
-    utilization = whole_gpu(NUMERATORS[UTILIZATION_MEAN.numerator].name)
+    gpu_key = _key(GPU, c)
     covered = rate_name(UTILIZATION_MEAN.denominator, w)
     # The exporter label tells these series from smlens' own of the same name, for people and for
     # promtool, which flags two rules recording the same name and labels.
     source = {"exporter": DCGM_EXPORTER}
     # The first rule picks the GPUs to map: those smlens does not report. It alone reads smlens'
     # gpu_up; the others keep to its GPUs, a set as small as the dcgm-exporter fleet.
-    smlens_gpus = f'unless on ({c}, hostname, uuid) {n.GPU_UP}{{exporter!="{DCGM_EXPORTER}"}}'
-    mapped_gpus = f'and on ({c}, hostname, uuid) {covered}{{exporter="{DCGM_EXPORTER}"}}'
-    rules = [
-        record(covered, as_smlens(f"count_over_time({utilization}[{w}]) * 0 + 1", t, smlens_gpus), source)
-    ]
+    smlens_gpus = f'unless on ({gpu_key}) {n.GPU_UP}{{exporter!="{DCGM_EXPORTER}"}}'
+    mapped_gpus = f'and on ({gpu_key}) {covered}{{exporter="{DCGM_EXPORTER}"}}'
+    sampled = [f"count_over_time({whole_gpu(f.name)}[{w}]) * 0 + 1" for f in UTILIZATION.generations]
+    rules = [record(covered, newest(sampled, t, smlens_gpus), source)]
     for counter, field in NUMERATORS.items():
-        mean = f"avg_over_time({whole_gpu(field.name)}[{w}])"
-        scaled = mean if field.scale == 1.0 else f"{mean} * {field.scale!r}"
-        rules.append(record(rate_name(counter, w), as_smlens(scaled, t, mapped_gpus), source))
-    sm = whole_gpu(NUMERATORS[SM_ACTIVE_MEAN.numerator].name)
-    profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped_gpus)
-    rules.append(record(rate_name(SM_ACTIVE_MEAN.denominator, w), profiled, source))
+        means = [f.scaled(f"avg_over_time({whole_gpu(f.name)}[{w}])") for f in field.generations]
+        rules.append(record(rate_name(counter, w), newest(means, t, mapped_gpus), source))
+    profiled = [f"count_over_time({whole_gpu(f.name)}[{w}]) * 0 + 1" for f in SM_ACTIVE.generations]
+    rules.append(record(rate_name(SM_ACTIVE_MEAN.denominator, w), newest(profiled, t, mapped_gpus), source))
     instance_rules, sliced, sliced_profiled = _instance_rules(t, smlens_gpus)
-    gpu_key = f"{c}, hostname, uuid"
-    identity = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus)
-    identity = f"{identity}\nor on ({gpu_key})\n{sliced}"
     rules += instance_rules
-    rules.append(record(n.GPU_UP, identity, source))
-    info = as_smlens(f"{utilization} * 0 + 1", t, mapped_gpus, kept=INFO_LABELS)
+    identity = present(UTILIZATION.names, t, mapped_gpus)
+    rules.append(record(n.GPU_UP, f"{identity}\nor on ({gpu_key})\n{sliced}", source))
+    info = present(UTILIZATION.names, t, mapped_gpus, kept=INFO_LABELS)
     rules.append(record(n.GPU_INFO, f"{info}\nor on ({gpu_key})\n{sliced}", source))
     # 1 where the profiling field is exported for the GPU (or one of its instances), 0 where not.
-    available = as_smlens(f"({sm} * 0 + 1) or ({utilization} * 0)", t, mapped_gpus)
+    sm_now = f"{mapped(whole_gpu(*SM_ACTIVE.names), t)} * 0 + 1"
+    utilization_now = f"{mapped(whole_gpu(*UTILIZATION.names), t)} * 0"
+    available = f"(\n{sm_now}\nor on ({gpu_key})\n{utilization_now}\n)\n{mapped_gpus}"
     available = f"{available}\nor on ({gpu_key})\n({sliced_profiled} or {sliced} * 0)"
     rules.append(record(n.GPU_PROFILING_AVAILABLE, available, source))
     return rules
@@ -155,25 +234,25 @@ def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[Rule], str, s
     w = t.window
     c = t.cluster_label
     source = {"exporter": DCGM_EXPORTER}
-    fields = [FB_USED.name, *(f.name for f in NUMERATORS.values())]
+    fields = [*FB_USED.names, *(name for field in NUMERATORS.values() for name in field.names)]
     info = n.GPU_MIG_INFO
     # The first rule picks the instances to map (any mapped field with a GPU_I_ID); only it reads
     # smlens' gpu_up: a GPU smlens reports is left out with its instances.
-    present = f'{{__name__=~"{"|".join(fields)}", GPU_I_ID!=""}}'
-    # Presence is 1: the values are multiplied after the max, where no two series differ by name only.
-    rules = [record(info, f"(\n{as_smlens(present, t, '', INSTANCE)}) * 0 + 1\n{smlens_gpus}", source)]
-    instance_key = f"{c}, hostname, uuid, {n.GPU_INSTANCE}"
-    mapped = f'and on ({instance_key}) {info}{{exporter="{DCGM_EXPORTER}"}}'
+    rules = [record(info, present(fields, t, smlens_gpus, INSTANCE), source)]
+    mapped_instances = f'and on ({_key(INSTANCE, c)}) {info}{{exporter="{DCGM_EXPORTER}"}}'
     for whole, twin in zip(INSTANCE_MEASURED, INSTANCE_MEANS, strict=True):
-        counter, field = twin.numerator, NUMERATORS[whole.numerator]
-        mean = f"avg_over_time({mig_instance(field.name)}[{w}])"
-        rules.append(record(sum_name(INSTANCE, counter, w), as_smlens(mean, t, mapped, INSTANCE), source))
+        field = NUMERATORS[whole.numerator]
+        means = [f.scaled(f"avg_over_time({mig_instance(f.name)}[{w}])") for f in field.generations]
+        rules.append(
+            record(
+                sum_name(INSTANCE, twin.numerator, w), newest(means, t, mapped_instances, INSTANCE), source
+            )
+        )
     profiled_name = sum_name(INSTANCE, INSTANCE_MEANS[0].denominator, w)
-    sm = mig_instance(NUMERATORS[SM_ACTIVE_MEAN.numerator].name)
-    profiled = as_smlens(f"count_over_time({sm}[{w}]) * 0 + 1", t, mapped, INSTANCE)
-    rules.append(record(profiled_name, profiled, source))
-    memory = f"{mig_instance(FB_USED.name)} * {FB_USED.scale!r}"
-    rules.append(record(n.GPU_MIG_MEMORY_USED_BYTES, as_smlens(memory, t, mapped, INSTANCE), source))
+    profiled = [f"count_over_time({mig_instance(f.name)}[{w}]) * 0 + 1" for f in SM_ACTIVE.generations]
+    rules.append(record(profiled_name, newest(profiled, t, mapped_instances, INSTANCE), source))
+    memory = [f.scaled(mig_instance(f.name)) for f in FB_USED.generations]
+    rules.append(record(n.GPU_MIG_MEMORY_USED_BYTES, newest(memory, t, mapped_instances, INSTANCE), source))
     parent = f"{c}, hostname, gpu, uuid"
     sliced = f'max by ({parent}) ({info}{{exporter="{DCGM_EXPORTER}"}})'
     sliced_profiled = f'max by ({parent}) ({profiled_name}{{exporter="{DCGM_EXPORTER}"}})'
@@ -183,6 +262,15 @@ def _instance_rules(t: Thresholds, smlens_gpus: str) -> tuple[list[Rule], str, s
 def rule_files(t: Thresholds) -> dict[str, str]:
     return {
         RULES_FILE: dump(
-            {"groups": [{"name": "smlens-dcgm-exporter", "rules": dcgm_exporter_rules(t)}]}, HEADER
+            {
+                "groups": [
+                    {
+                        "name": "smlens-dcgm-exporter",
+                        "interval": t.recording_interval,
+                        "rules": dcgm_exporter_rules(t),
+                    }
+                ]
+            },
+            HEADER,
         )
     }

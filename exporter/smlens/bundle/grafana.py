@@ -54,6 +54,7 @@ class Panel:
     mappings: Sequence[Mapping[str, Any]] = ()  # fieldConfig.defaults.mappings: value to text
     no_value: str = ""  # fieldConfig.defaults.noValue: what the panel says when the query is empty
     transformations: Sequence[Mapping[str, Any]] = ()
+    min_interval: str = ""  # the panel's "Min interval": the least $__interval Grafana gives its queries
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class Variable:
     label: str
     query: str
     multi: bool = False  # several values and an All option, which matches any value, empty included
+    # Without an All option, Grafana opens the dashboard on the first value (in sort order): for a
+    # variable whose All would make the default view read every series of a large fleet.
+    offers_all: bool = True
+    sort: int = 3  # Grafana's: 3 numerical, 5 alphabetical (case-insensitive), ascending
 
 
 def _target(query: Query, ref: str, table: bool) -> JSON:
@@ -121,6 +126,8 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> JSON:
     }
     if panel.transformations:
         out["transformations"] = [dict(t) for t in panel.transformations]
+    if panel.min_interval:
+        out["interval"] = panel.min_interval
     return out
 
 
@@ -182,13 +189,13 @@ def _query_variable(variable: Variable) -> JSON:
         },
         "current": {},
         "hide": 0,
-        "includeAll": variable.multi,
-        "allValue": ".*" if variable.multi else None,
+        "includeAll": variable.multi and variable.offers_all,
+        "allValue": ".*" if variable.multi and variable.offers_all else None,
         "multi": variable.multi,
         "options": [],
         "refresh": 2,
         "regex": "",
-        "sort": 3,
+        "sort": variable.sort,
     }
 
 

@@ -1,5 +1,5 @@
-"""The recording rules: layers, each summing the one below (GPU, node, namespace/pod, namespace,
-cluster, fleet), the MIG GPU instances' own layer, and the lists the dashboards rank from.
+"""The recording rules: layers, each summing the one below (GPU, node, namespace, cluster, fleet), the
+MIG GPU instances' own layer, and the lists the dashboards rank from.
 
 What they record, and under which names, is :mod:`smlens.bundle.layers`.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 from smlens import names as n
 from smlens.bundle.layers import (
     AGGREGATES,
+    COMPUTE_SOL,
     COUNTED,
-    EFFICIENCY,
+    COUNTED_FROM_GPUS,
     GPU,
     GPU_STATES,
     INSTANCE,
     NAMESPACE_POD,
-    PROFILED_BUSY,
     SUMMED,
     TOP_GPUS,
     TOP_POINTS,
@@ -23,16 +23,17 @@ from smlens.bundle.layers import (
     count_name,
     hollow_name,
     level_labels,
+    mean_expr,
     mean_name,
-    pod_gpus_name,
-    pod_memory_name,
     ranked_name,
     rate_name,
+    stalled_name,
     sum_name,
+    summed,
     unprofiled_name,
 )
 from smlens.bundle.promql import by, number, ratio, total
-from smlens.bundle.series import COUNTERS, INSTANCE_MEANS, MEANS, SM_ACTIVE_MEAN, UTILIZATION_MEAN
+from smlens.bundle.series import COUNTERS, INSTANCE_MEANS, MEMORY_SOL_MEAN, SM_ACTIVE_MEAN, UTILIZATION_MEAN
 from smlens.verdicts.thresholds import Thresholds
 
 Rule = dict[str, object]
@@ -52,6 +53,7 @@ def state_conditions(t: Thresholds) -> dict[str, str]:
         "busy": f"{mean_name(GPU, UTILIZATION_MEAN, w)} >= bool {number(t.busy_utilization)}",
         "working": f"{mean_name(GPU, SM_ACTIVE_MEAN, w)} >= bool {number(t.working_sm_active)}",
         "hollow": f"{hollow_name(GPU, w)} > bool 0",
+        "stalled": f"{stalled_name(GPU, w)} > bool 0",
     }
 
 
@@ -61,12 +63,7 @@ def _gpu_layer(t: Thresholds) -> list[Rule]:
     # max, not sum: two scrape jobs on one exporter give two identical series per GPU (instance/job
     # differ), which a sum would double; one GPU never has two series that differ otherwise.
     rules = [record(rate_name(c, w), f"max {labels}(rate({total(c)}[{w}]))") for c in COUNTERS]
-    sm_seconds = rate_name(SM_ACTIVE_MEAN.numerator, w)
-    busy_seconds = rate_name(UTILIZATION_MEAN.numerator, w)
-    # Only GPUs with SM data count in the denominator of SM efficiency, or a node with unprofiled
-    # GPUs would exceed 1.
-    rules.append(record(rate_name(PROFILED_BUSY, w), f"{busy_seconds}\nand\n{sm_seconds}"))
-    for mean in (*MEANS, EFFICIENCY):
+    for mean in GPU.ratios:
         mean_ratio = ratio(rate_name(mean.numerator, w), rate_name(mean.denominator, w))
         rules.append(record(mean_name(GPU, mean, w), mean_ratio))
     rules.append(
@@ -77,17 +74,28 @@ def _gpu_layer(t: Thresholds) -> list[Rule]:
             f"* ({mean_name(GPU, SM_ACTIVE_MEAN, w)} <= bool {number(t.hollow_sm_active)})",
         )
     )
+    # Busy with SMs active, but neither a compute pipe nor DRAM near its speed of light; absent for a
+    # GPU without a compute SOL, whose stalls cannot be told from compute-bound work.
+    rules.append(
+        record(
+            stalled_name(GPU, w),
+            f"{rate_name(UTILIZATION_MEAN.denominator, w)}\n"
+            f"* ({mean_name(GPU, UTILIZATION_MEAN, w)} >= bool {number(t.busy_utilization)})\n"
+            f"* ({mean_name(GPU, SM_ACTIVE_MEAN, w)} >= bool {number(t.working_sm_active)})\n"
+            f"* ({mean_expr(GPU, COMPUTE_SOL, w)} < bool {number(t.compute_bound_pipe)})\n"
+            f"* ({mean_expr(GPU, MEMORY_SOL_MEAN, w)} < bool {number(t.memory_bound_dram)})",
+        )
+    )
     return rules
 
 
 def _counts(level: Level, t: Thresholds) -> list[Rule]:
     w = t.window
     labels = by(level_labels(level, t.cluster_label))
-    below = level.below
-    assert below is not None
-    if below is not GPU:
+    if level is not COUNTED_FROM_GPUS:
         names = [count_name(level, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(level)]
-        sources = [count_name(below, state, w) for state in (None, *GPU_STATES)] + [unprofiled_name(below)]
+        sources = [count_name(COUNTED_FROM_GPUS, state, w) for state in (None, *GPU_STATES)]
+        sources.append(unprofiled_name(COUNTED_FROM_GPUS))
         return [record(name, f"sum {labels}({source})") for name, source in zip(names, sources, strict=True)]
     # Each GPU once however often it is scraped (gpu_info keeps instance and job).
     gpus = f"group by ({t.cluster_label}, hostname, uuid) ({n.GPU_INFO})"
@@ -106,9 +114,11 @@ def _aggregate_layer(level: Level, t: Thresholds) -> list[Rule]:
     below = level.below
     assert below is not None
     labels = by(level_labels(level, t.cluster_label))
-    rules = [record(sum_name(level, s, w), f"sum {labels}({sum_name(below, s, w)})") for s in SUMMED]
-    for mean in (*MEANS, EFFICIENCY):
-        numerator = f"{sum_name(level, mean.numerator, w)}{level.ratio_selector}"
+    # Only GPUs with SM data count in the busy-profiled seconds, the denominator of SM efficiency, or a
+    # node with unprofiled GPUs would exceed 1.
+    rules = [record(sum_name(level, s, w), f"sum {labels}({summed(below, s, w)})") for s in SUMMED]
+    for mean in level.ratios:
+        numerator = sum_name(level, mean.numerator, w)
         rules.append(
             record(mean_name(level, mean, w), ratio(numerator, sum_name(level, mean.denominator, w)))
         )
@@ -117,42 +127,31 @@ def _aggregate_layer(level: Level, t: Thresholds) -> list[Rule]:
     return rules
 
 
-def _pod_memory(t: Thresholds) -> Rule:
+def _pod_waste(t: Thresholds) -> list[Rule]:
+    w = t.window
     labels = by(level_labels(NAMESPACE_POD, t.cluster_label))
-    gpus = f"{t.cluster_label}, hostname, uuid, namespace, pod"
-    per_gpu = f'max by ({gpus}) ({n.GPU_MEMORY_USED_BYTES}{{pod!=""}})'
-    return record(pod_memory_name(), f"sum {labels}({per_gpu})")
-
-
-def _pod_gpus(t: Thresholds) -> Rule:
-    """Each GPU once per pod, however many of its containers or MIG devices hold it and however often
-    it is scraped; recorded so that the workload dashboard ranks pods without reading every holder."""
-    c = t.cluster_label
-    held = f"group by ({c}, hostname, uuid, namespace, pod) ({n.GPU_ALLOCATION_INFO})"
-    return record(pod_gpus_name(), f"count {by(level_labels(NAMESPACE_POD, c))}({held})")
+    return [
+        record(name(NAMESPACE_POD, w), f'sum {labels}({name(GPU, w)}{{pod!=""}})')
+        for name in (hollow_name, stalled_name)
+    ]
 
 
 def _ranked(t: Thresholds) -> Rule:
     """Ranked once per evaluation, so that a dashboard load reads these lists instead of ranking every
-    GPU again for each column of its tables. Any selection of clusters (or of pods) is a union of
-    them, so the top N of the selection is within the union of their lists: topk over it is exact.
-    Only the GPUs' current owners: after pod churn the previous owner's window means linger for a
-    window."""
+    GPU again for each column of its tables. Any selection of clusters is a union of them, so the top
+    N of the selection is within the union of their lists: topk over it is exact. Only the GPUs'
+    current owners: after pod churn the previous owner's window means linger for a window."""
     w = t.window
     c = t.cluster_label
 
     current = f"and on ({', '.join(level_labels(GPU, c))}) {n.GPU_UP}"
 
-    def gap(selector: str = "") -> str:
-        # Filtered before ranking: a previous owner's lingering series ranked first and dropped
-        # after would take a place of a current GPU, and the list would miss one of the worst.
-        util, sm = mean_name(GPU, UTILIZATION_MEAN, w), mean_name(GPU, SM_ACTIVE_MEAN, w)
-        return f"({util}{selector} - {sm}{selector} {current})"
-
+    # Filtered before ranking: a previous owner's lingering series ranked first and dropped after
+    # would take a place of a current GPU, and the list would miss one of the worst.
+    gap = f"({mean_name(GPU, UTILIZATION_MEAN, w)} - {mean_name(GPU, SM_ACTIVE_MEAN, w)} {current})"
     lists = {
-        "gap": (c, TOP_POINTS, gap()),
-        "hollow": (c, TOP_GPUS, f"{gap()} and {hollow_name(GPU, w)} > 0"),
-        "pod": (f"{c}, namespace, pod", TOP_GPUS, gap('{pod!=""}')),
+        "gap": (c, TOP_POINTS, gap),
+        "hollow": (c, TOP_GPUS, f"{gap} and {hollow_name(GPU, w)} > 0"),
     }
     ranked = [
         f'label_replace(topk by ({group}) ({top}, {expr}), "ranking", "{name}", "", "")'
@@ -174,13 +173,12 @@ def _instance_layer(t: Thresholds) -> list[Rule]:
 
 
 def recording_rules(t: Thresholds) -> list[Rule]:
-    """Layers, each summing the one below: GPU, node, namespace/pod, namespace, cluster, fleet; and
-    the MIG GPU instances' own layer."""
+    """Layers, each summing the one below: GPU, node, namespace, cluster, fleet; and the MIG GPU
+    instances' own layer."""
     rules = _gpu_layer(t)
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
-    rules.append(_pod_memory(t))
-    rules.append(_pod_gpus(t))
+    rules += _pod_waste(t)
     rules.append(_ranked(t))
     rules += _instance_layer(t)
     return rules

@@ -28,7 +28,13 @@ SM_OCCUPANCY_MEAN = Mean("gpu_sm_occupancy", n.GPU_SM_OCCUPANCY_SECONDS, n.GPU_P
 TENSOR_ACTIVE_MEAN = Mean("gpu_tensor_active", n.GPU_TENSOR_ACTIVE_SECONDS, n.GPU_PROFILED_SECONDS)
 DRAM_ACTIVE_MEAN = Mean("gpu_dram_active", n.GPU_DRAM_ACTIVE_SECONDS, n.GPU_PROFILED_SECONDS)
 MEANS = (UTILIZATION_MEAN, SM_ACTIVE_MEAN, SM_OCCUPANCY_MEAN, TENSOR_ACTIVE_MEAN, DRAM_ACTIVE_MEAN)
-COUNTERS = tuple(dict.fromkeys(c for mean in MEANS for c in (mean.numerator, mean.denominator)))
+# DRAM activity is the memory speed of light; the compute speed of light (the busiest compute pipe, tick by
+# tick) has a mean of its own over the profiled seconds of the GPUs that report it (layers.COMPUTE_SOL).
+MEMORY_SOL_MEAN = DRAM_ACTIVE_MEAN
+COUNTERS = (
+    *dict.fromkeys(c for mean in MEANS for c in (mean.numerator, mean.denominator)),
+    n.GPU_COMPUTE_SOL_SECONDS,
+)
 
 # MIG GPU instances have the GPM means only: NVML gives an instance no utilization.
 INSTANCE_MEASURED = (SM_ACTIVE_MEAN, SM_OCCUPANCY_MEAN, TENSOR_ACTIVE_MEAN, DRAM_ACTIVE_MEAN)
@@ -36,16 +42,10 @@ INSTANCE_MEANS = tuple(
     Mean(n.mig_twin(mean.metric), n.mig_twin(mean.numerator), n.GPU_MIG_PROFILED_SECONDS)
     for mean in INSTANCE_MEASURED
 )
-# Memory in use above which a MIG instance counts as held by a workload: below a CUDA context's size,
-# above what an instance without processes reports.
-MIG_HELD_MEMORY_BYTES = 128 * 1024 * 1024
 
 # The `exporter` label of the series that dcgm_exporter.py maps from dcgm-exporter; smlens' own have none.
 DCGM_EXPORTER = "dcgm-exporter"
-# The dcgm-exporter fields smlens' SM means need, which its default counters leave commented out.
-DCGM_PROFILING_FIELDS = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY")
 
 # XIDs that point at the GPU, its memory or its links rather than at the application (NVIDIA's XID
 # catalogue): double-bit ECC, row remapping, NVLink, fell off the bus, contained/uncontained ECC, GSP.
 HARDWARE_XIDS = ("48", "63", "64", "74", "79", "94", "95", "119", "120")
-SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")

@@ -54,9 +54,12 @@ class Thresholds:
     low_occupancy: float
     tensor_busy: float
     memory_bound_dram: float
+    compute_bound_pipe: float
     window: str
+    recording_interval: str
     hollow_for: str
     low_occupancy_for: str
+    stalled_for: str
     allocated_idle_for: str
     profiling_unavailable_for: str
     exporter_down_for: str

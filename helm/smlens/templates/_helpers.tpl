@@ -256,3 +256,16 @@ values set one (uid 0 for the kubelet socket or embedded DCGM, else 65532 and ru
 {{- define "smlens.monitoringCRDs" -}}
 {{- if or (eq .Values.monitoringCRDs "always") (and (eq .Values.monitoringCRDs "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}true{{- end }}
 {{- end }}
+
+{{/*
+Labels of a ServiceMonitor, PodMonitor or PrometheusRule, as YAML: release=prometheusRelease (the label
+kube-prometheus-stack's Prometheus selects them by) under the object's additionalLabels, which win.
+Called with (dict "root" $ "additionalLabels" .Values.<object>.additionalLabels).
+*/}}
+{{- define "smlens.operatorLabels" -}}
+{{- $labels := deepCopy (.additionalLabels | default dict) }}
+{{- with .root.Values.prometheusRelease }}
+{{- $labels = merge $labels (dict "release" .) }}
+{{- end }}
+{{- with $labels }}{{ toYaml . }}{{ end }}
+{{- end }}

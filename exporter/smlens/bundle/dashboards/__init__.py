@@ -1,8 +1,9 @@
 """The Grafana dashboards: fleet overview, node, single GPU and workload, generated from the thresholds.
 
 Each dashboard reads the recorded layer that matches its selection: the fleet overview the cluster
-layer (its cost does not grow with the number of nodes), the workload dashboard the namespace/pod
-layer, the node and GPU dashboards one node's per-GPU series. Time series of one node or one GPU
+layer (its cost does not grow with the number of nodes), the workload dashboard the namespace layer,
+per-GPU sums for the pods of its tables and the pod layer's waste for its ranking, the node and GPU
+dashboards one node's per-GPU series. Time series of one node or one GPU
 compute exact means per graph step from the raw counters. Panels that list GPUs or pods show the
 worst few (topk) rather than thousands of rows, GPUs from lists the rules rank once per evaluation.
 Each dashboard opens with a panel that says whether the recording rules are loaded, so that their

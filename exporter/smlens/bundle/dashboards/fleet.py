@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from smlens.bundle.dashboards.panels import bargauge, ratio_series, scatter, series, stat, table
 from smlens.bundle.dashboards.queries import Exprs
-from smlens.bundle.dashboards.sections import GAP, rules_check
+from smlens.bundle.dashboards.sections import GAP, roofline, rules_check
 from smlens.bundle.grafana import JSON, Panel, Query, Row, dashboard
 from smlens.bundle.layers import (
     CLUSTER,
@@ -195,5 +195,6 @@ def build(t: Thresholds) -> JSON:
             Row(f"Busy vs truly working ({t.window} means)", _state_stats(e, sel)),
             Row("Utilization vs SM activity", _fleet_means(e, sel)),
             Row("Hollow GPUs", [_hollow_gpus(e), *_worst_places(e, sel), _gap_scatter(e)]),
+            Row("Speed of light", [roofline(e, sel, TOP_POINTS)]),
         ],
     )

@@ -12,6 +12,7 @@ from smlens.bundle.dashboards.sections import (
     hardware_row,
     mig_instances,
     node_variables,
+    optional_group,
     rules_check,
 )
 from smlens.bundle.grafana import JSON, Panel, Query, Row, dashboard
@@ -99,15 +100,16 @@ def _traffic_and_errors(e: Exprs, sel: str) -> list[Panel]:
     traffic = series(
         "PCIe and NVLink traffic",
         "Bytes per second over PCIe and NVLink. Heavy host-to-device traffic next to low SM activity"
-        f" points at an input pipeline the GPU waits for.{NEEDS_SMLENS}",
+        f" points at an input pipeline the GPU waits for.{optional_group('pcie', 'nvlink')}{NEEDS_SMLENS}",
         [Query(e.rate(counter, sel), legend) for counter, legend in links],
         unit="Bps",
+        no_value="not exported: add pcie and nvlink to --metrics",
     )
     errors = series(
         "ECC errors and PCIe replays",
         "Volatile ECC error counts since the driver loaded, and PCIe replays. Any uncorrectable error"
         " raises GPUUncorrectableECCErrors: drain and reset the GPU. Growing replays point at a bad link"
-        f" or riser.{NEEDS_SMLENS}",
+        f" or riser.{optional_group('pcie')}{NEEDS_SMLENS}",
         [
             Query(f"{total(n.GPU_ECC_ERRORS)}{sel}", "ECC {{type}}"),
             Query(f"{total(n.GPU_PCIE_REPLAYS)}{sel}", "PCIe replays"),

@@ -13,6 +13,7 @@ from smlens.bundle.dashboards.sections import (
     hardware_row,
     mig_instances,
     node_variables,
+    roofline,
     rules_check,
 )
 from smlens.bundle.grafana import JSON, Panel, Query, Row, dashboard
@@ -109,7 +110,7 @@ def build(t: Thresholds) -> JSON:
             Row(f"This node now ({t.window} means)", _now_stats(e, sel)),
             Row("GPUs of this node", [_gpus(e, sel)]),
             Row("MIG instances", [mig_instances(e, sel, gpus=NODE_GPUS_MAX)]),
-            Row("Activity per GPU", [*activity, _efficiency_per_gpu(e, sel)]),
+            Row("Activity per GPU", [*activity, _efficiency_per_gpu(e, sel), roofline(e, sel, None)]),
             hardware_row(sel, by_gpu=True),
         ],
     )

@@ -54,8 +54,10 @@ def series(
     width: int = 12,
     height: int = 8,
     ratio: bool = False,
+    no_value: str = "",
 ) -> Panel:
-    """A time series of lines, with a legend table of their means and last values."""
+    """A time series of lines, with a legend table of their means and last values; ``no_value`` is
+    what it says where there is no data at all."""
     return Panel(
         "timeseries",
         title,
@@ -67,6 +69,7 @@ def series(
         ratio=ratio,
         options=SERIES_OPTIONS,
         custom=LINES,
+        no_value=no_value,
     )
 
 
@@ -104,9 +107,15 @@ def name_stat(title: str, description: str, query: Query, width: int) -> Panel:
 
 
 def bargauge(
-    title: str, description: str, expr: str, legend: str, unit: str = "none", ratio: bool = False
+    title: str,
+    description: str,
+    expr: str,
+    legend: str,
+    unit: str = "none",
+    ratio: bool = False,
+    min_interval: str = "",
 ) -> Panel:
-    """Horizontal bars, one per series of ``expr`` now."""
+    """Horizontal bars, one per series of ``expr`` now; ``min_interval``: the least $__interval."""
     return Panel(
         "bargauge",
         title,
@@ -115,6 +124,7 @@ def bargauge(
         unit=unit,
         ratio=ratio,
         options=BARGAUGE_OPTIONS,
+        min_interval=min_interval,
     )
 
 
@@ -169,8 +179,12 @@ def table(
     )
 
 
-def scatter(title: str, description: str, x: Query, y: Query) -> Panel:
-    """Utilization (x) against SM active (y), a point per row of the two joined queries."""
+def scatter(
+    title: str, description: str, x: Query, y: Query, axes: tuple[str, str] = ("Utilization", "SM active")
+) -> Panel:
+    """One ratio (x) against another (y), a point per row of the two joined queries; ``axes`` names
+    them."""
+    x_name, y_name = axes
     return Panel(
         "xychart",
         title,
@@ -181,13 +195,13 @@ def scatter(title: str, description: str, x: Query, y: Query) -> Panel:
             "mapping": "auto",
             "series": [
                 {
-                    "x": {"matcher": {"id": "byName", "options": "Utilization"}},
-                    "y": {"matcher": {"id": "byName", "options": "SM active"}},
+                    "x": {"matcher": {"id": "byName", "options": x_name}},
+                    "y": {"matcher": {"id": "byName", "options": y_name}},
                 }
             ],
             "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom", "calcs": []},
             "tooltip": {"mode": "single", "sort": "none"},
         },
         custom={"show": "points", "pointSize": {"fixed": 8}, "pointShape": "circle"},
-        transformations=joined(["Utilization", "SM active"]),
+        transformations=joined(axes),
     )

@@ -5,21 +5,26 @@ from __future__ import annotations
 from smlens import names as n
 from smlens.bundle.grafana import Variable
 from smlens.bundle.layers import (
+    COMPUTE_SOL,
     GPU,
+    NAMESPACE_POD,
     Level,
     count_name,
     hollow_name,
     level_labels,
-    mean_name,
+    mean_expr,
     ranked_name,
+    stalled_name,
     sum_name,
+    summed,
 )
-from smlens.bundle.promql import ratio, total
-from smlens.bundle.series import DCGM_EXPORTER, SM_ACTIVE_MEAN, UTILIZATION_MEAN, Mean
+from smlens.bundle.promql import number, ratio, total
+from smlens.bundle.series import DCGM_EXPORTER, MEMORY_SOL_MEAN, SM_ACTIVE_MEAN, UTILIZATION_MEAN, Mean
 from smlens.verdicts.thresholds import Thresholds
 
 # The range each graph step's rate() reads: Grafana's, which it fits to the scrape interval.
 RATE_INTERVAL = "[$__rate_interval]"
+WASTE_INTERVAL = "5m"
 
 
 class Exprs:
@@ -39,13 +44,14 @@ class Exprs:
         return Variable("cluster", "Cluster", f"label_values({n.GPU_INFO}, {self.c})", multi=True)
 
     def mean(self, level: Level, mean: Mean, selector: str = "") -> str:
-        return f"{mean_name(level, mean, self.w)}{selector}"
+        """A layer's window mean per series (recorded, or its recorded sums divided)."""
+        return mean_expr(level, mean, self.w, selector)
 
     def layer_mean(self, level: Level, mean: Mean, selector: str, by: str = "") -> str:
         """Exact window mean over the selected series of a layer: summed numerators over summed
         denominators, never a mean of ratios."""
-        numerator = f"sum{by} ({sum_name(level, mean.numerator, self.w)}{selector})"
-        denominator = f"sum{by} ({sum_name(level, mean.denominator, self.w)}{selector})"
+        numerator = f"sum{by} ({summed(level, mean.numerator, self.w, selector)})"
+        denominator = f"sum{by} ({summed(level, mean.denominator, self.w, selector)})"
         return ratio(numerator, denominator)
 
     def layer_count(self, level: Level, state: str | None, selector: str) -> str:
@@ -54,7 +60,7 @@ class Exprs:
     def rules_loaded(self, level: Level, selector: str) -> str:
         """1 where the layer is recorded, 0 where smlens reports GPUs but the layer is missing (the
         recording rules are not loaded), nothing where no smlens data is selected."""
-        recorded = f"group({count_name(level, None, self.w)}{selector})"
+        recorded = f"group({sum_name(level, UTILIZATION_MEAN.denominator, self.w)}{selector})"
         return f"{recorded}\nor\n(group({n.GPU_UP}{selector}) - 1)"
 
     def ranked(self, ranking: str, top: int, *matchers: str) -> str:
@@ -99,6 +105,30 @@ class Exprs:
         """GPU-hours spent hollow over the dashboard range, integrated at the panel's interval."""
         integral = f"sum_over_time({hollow_name(level, self.w)}{selector}[$__range:$__interval])"
         return f"sum by ({by}) ({integral}) * $__interval_ms / 3600000"
+
+    def wasted_hours(self, selector: str) -> str:
+        """GPU-hours each selected pod spent busy but hollow or stalled over the dashboard range,
+        integrated at the panel's interval (at least WASTE_INTERVAL: the recorded rates are means over
+        the rule window, so sampling them that often integrates them within a few percent, at a fraction
+        of the reads). Pods whose GPUs have no compute SOL (mapped from dcgm-exporter) have no stalled
+        seconds and are left out."""
+        hollow, stalled = (name(NAMESPACE_POD, self.w) for name in (hollow_name, stalled_name))
+        wasted = f"({hollow}{selector} + {stalled}{selector})"
+        return f"sum_over_time({wasted}[$__range:$__interval]) * $__interval_ms / 3600000"
+
+    def roofline(self, selector: str, worst: int | None) -> tuple[str, str]:
+        """Per GPU, memory speed of light (x) and compute speed of light (y); with ``worst``, only the
+        busy GPUs farthest from both roofs, that many."""
+        on = f"and on ({self.gpu_labels})"
+        compute = self.mean(GPU, COMPUTE_SOL, selector)
+        # A point needs both: GPUs without a compute SOL (mapped from dcgm-exporter) get none.
+        memory = f"({self.mean(GPU, MEMORY_SOL_MEAN, selector)} {on} {compute})"
+        if worst is None:
+            return memory, compute
+        busy = f"{self.mean(GPU, UTILIZATION_MEAN, selector)} >= {number(self.t.busy_utilization)}"
+        nearest_roof = f"(({compute} >= {memory}) or {memory})"
+        chosen = f"{on}\nbottomk({worst}, {nearest_roof} {on} {busy})"
+        return f"{memory}\n{chosen}", f"{compute}\n{chosen}"
 
     def sm_steps(self) -> list[tuple[float | None, str]]:
         return [(None, "red"), (self.t.hollow_sm_active, "orange"), (self.t.working_sm_active, "green")]

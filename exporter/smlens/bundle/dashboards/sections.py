@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smlens import names as n
-from smlens.bundle.dashboards.panels import CHECK_OPTIONS, TIMELINE_OPTIONS, series, table
+from smlens.bundle.dashboards.panels import CHECK_OPTIONS, TIMELINE_OPTIONS, scatter, series, table
 from smlens.bundle.dashboards.queries import Exprs
 from smlens.bundle.grafana import Panel, Query, Row, Variable
 from smlens.bundle.layers import INSTANCE, Level
@@ -29,6 +29,14 @@ NEEDS_SMLENS = (
     " Needs smlens on the node: GPUs mapped from dcgm-exporter have no such series here (dcgm-exporter's"
     " own DCGM_FI_DEV_* metrics carry them)."
 )
+
+
+def optional_group(*groups: str) -> str:
+    """Says which metric groups outside smlens' default set a panel's extra series need."""
+    added = ", ".join(groups)
+    return f" The extra series are not exported by default: add {added} to --metrics (Helm value metrics)."
+
+
 MAPPED_MEANS = (
     " GPUs mapped from dcgm-exporter have no counters: they show the mapping's recorded window means"
     " (means of scrape samples) instead."
@@ -140,8 +148,8 @@ def _slowdown(selector: str, by_gpu: bool) -> Panel:
         "state-timeline",
         "Clock slowdown (throttling)",
         "Clock-event reasons over time (1 = holding). Thermal and power-brake slowdowns cost speed"
-        " and raise GPUClockSlowdown; sw_power_cap under heavy load is normal; gpu_idle just means"
-        f" no work.{NEEDS_SMLENS}",
+        " and raise GPUClockSlowdown. The other reasons (sw_power_cap, normal under heavy load, gpu_idle,"
+        f" sync_boost...) come with the clock_events metric group.{NEEDS_SMLENS}",
         [
             Query(
                 f"{n.GPU_CLOCK_EVENT_ACTIVE}{selector}",
@@ -174,7 +182,7 @@ def hardware_row(selector: str, by_gpu: bool) -> Row:
             _hardware(
                 "Power",
                 "Board power draw (and the enforced limit). A busy GPU far below its limit is often hollow"
-                " or memory-bound.",
+                " or memory-bound." + ("" if by_gpu else optional_group("limits")),
                 power,
                 "watt",
             ),
@@ -188,16 +196,44 @@ def hardware_row(selector: str, by_gpu: bool) -> Row:
             _hardware(
                 "SM clock",
                 "Current SM clock (and its maximum, and the memory clock). Clocks below the maximum under"
-                " load point at power or thermal limits; see the slowdown panel.",
+                " load point at power or thermal limits; see the slowdown panel."
+                + ("" if by_gpu else optional_group("limits", "device_memory")),
                 clock,
                 "hertz",
             ),
             _hardware(
                 "Temperature",
-                "GPU core (and HBM) temperature. Sustained high values lead to thermal slowdown.",
+                "GPU core (and HBM) temperature. Sustained high values lead to thermal slowdown."
+                + ("" if by_gpu else optional_group("device_memory")),
                 temperature,
                 "celsius",
             ),
             _slowdown(selector, by_gpu),
         ],
+    )
+
+
+ROOFLINE_AXES = ("Memory SOL", "Compute SOL")
+
+
+def roofline(e: Exprs, selector: str, worst: int | None) -> Panel:
+    """Compute against memory speed of light, a point per GPU (the ``worst`` busy ones, or all)."""
+    t = e.t
+    x, y = e.roofline(selector, worst)
+    which = (
+        f"the {worst} busy GPUs farthest from both roofs (utilization at least"
+        f" {percent(t.busy_utilization, 0)})"
+        if worst is not None
+        else "each GPU"
+    )
+    return scatter(
+        "Compute against memory speed of light",
+        f"One point for {which}, {t.window} means: the busiest compute pipe, tick by tick (y), against DRAM"
+        f" bandwidth used (x). At the top (at least {percent(t.compute_bound_pipe, 0)}): compute-bound; at"
+        f" the right (at least {percent(t.memory_bound_dram, 0)}): memory-bound; near the origin with its SMs"
+        " active: stalled, waiting on latency, synchronisation or small kernels (GPUBusyButStalled)."
+        + NEEDS_SMLENS,
+        Query(x, instant=True),
+        Query(y, instant=True),
+        axes=ROOFLINE_AXES,
     )
