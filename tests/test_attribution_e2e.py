@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -135,3 +136,26 @@ def test_bad_attribution_settings_get_one_sentence(tmp_path: Path) -> None:
         assert result.returncode != 0, args
         assert words in result.stderr and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.strip().splitlines()[-1].startswith("smlens: "), result.stderr
+
+
+def test_a_bad_layout_file_is_refused_before_the_port_is_bound(tmp_path: Path) -> None:
+    bad_layout = tmp_path / "pods.yaml"
+    bad_layout.write_text("pods: 3\n")
+    with socket.socket() as taken:  # a port in use: a bind before the read would fail on it first
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(
+            "serve",
+            "--backend",
+            "sim",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--sim-pods",
+            str(bad_layout),
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert (
+        result.stderr == f"smlens: sim pod layout {bad_layout} needs a list under 'pods' (it may be empty).\n"
+    )

@@ -39,10 +39,11 @@ def refresher_for(
     timeout: float = 2.0,
     mig: dict[str, tuple[str, int]] | None = None,
     resource_names: Sequence[str] = DEFAULT_RESOURCE_NAMES,
+    gpus: Sequence[GpuIdentity] = GPUS,
 ) -> AttributionRefresher:
     source = PodResourcesSource(
         PodResourcesClient(kubelet.socket, timeout),
-        DeviceMap(GPUS),
+        DeviceMap(gpus),
         resource_names,
         mig_devices=None if mig is None else (lambda: mig),
     )
@@ -91,6 +92,37 @@ def test_index_device_ids_map_to_their_gpus(kubelet: FakeKubelet) -> None:
     assert table(got) == {(UUID[2], "a", "p", "c"), (UUID[7], "a", "p", "c"), (None, "b", "q", "c")}
     unplaced = next(a for a in got.allocations if a.gpu_uuid is None)
     assert unplaced.device == "9"
+
+
+def test_index_ids_name_the_gpu_of_that_index_when_one_is_missing_and_the_order_differs(
+    kubelet: FakeKubelet,
+) -> None:
+    # GPU 2 was lost before discovery, and the GPUs come in another order than their indices:
+    # an index id names the GPU of that NVML index, never the one at that position.
+    gpus = [GPUS[3], GPUS[0], GPUS[1]]
+    kubelet.set_pods(
+        [
+            pod("a", "on-3", {"c": {"nvidia.com/gpu": ["3"]}}),
+            pod("a", "on-1", {"c": {"nvidia.com/gpu.shared": ["1::0"]}}),
+            pod("a", "on-lost", {"c": {"nvidia.com/gpu": ["2"]}}),
+            pod("a", "slice-of-3", {"c": {"nvidia.com/mig-1g.18gb": ["3:1"]}}),
+            dra_pod("dra", "claim-0", "c", "gpu.nvidia.com", [("gpu-0", [])]),
+            dra_pod("dra", "claim-3", "c", "gpu.nvidia.com", [("gpu-3-mig-1g18gb-0", [])]),
+        ]
+    )
+    got = refresher_for(kubelet, gpus=gpus).refresh()
+    assert table(got) == {
+        (UUID[3], "a", "on-3", "c"),
+        (UUID[1], "a", "on-1", "c"),
+        (None, "a", "on-lost", "c"),
+        (UUID[3], "a", "slice-of-3", "c"),
+        (UUID[0], "dra", "claim-0", "c"),
+        (UUID[3], "dra", "claim-3", "c"),
+    }
+    assert got.sole_owner(UUID[1]) == Workload("a", "on-1", "c")
+    assert got.sole_owner(UUID[0]) == Workload("dra", "claim-0", "c")
+    assert got.sole_owner(UUID[3]) is None  # the whole GPU and two slices of it: no single owner
+    assert [(s.name, s.up) for s in got.sources] == [("podresources", True)]
 
 
 def test_mig_devices_land_on_their_parent_gpu_or_stay_unplaced(kubelet: FakeKubelet) -> None:

@@ -137,6 +137,22 @@ def test_processes_are_grouped_by_workload(node: dict[str, Gpu], host: tuple[Pat
     assert by_workload(source(host).usage(), 1) == {}
 
 
+def test_usage_lands_on_the_gpu_of_its_uuid_when_gpus_are_missing(
+    node: dict[str, Gpu], host: tuple[Path, Path]
+) -> None:
+    third = GpuIdentity(3, "GPU-00000003-1111-2222-3333-444444444444", "NVIDIA H200")
+    present = [GPUS[0], third]  # GPUs 1 and 2 left out of discovery
+    node[third.uuid] = Gpu(processes=[Proc(200, 4 * GIB)], samples=[Sample(200, NOW_US - 10, 50)])
+    node[GPUS[0].uuid].processes = [Proc(100, GIB)]
+    usages = ProcessSource(
+        NvmlSession(), present, 10.0, proc_root=host[0], log_dir=host[1], wall=lambda: NOW
+    ).usage()
+    assert {(u.gpu_uuid, u.workload, u.memory_used_bytes, u.utilization) for u in usages} == {
+        (GPUS[0].uuid, Workload("ml", "trainer-0", "pytorch"), GIB, 0.0),
+        (third.uuid, Workload(slurm_job="77"), 4 * GIB, 0.5),
+    }
+
+
 def test_mps_clients_count_once(node: dict[str, Gpu], host: tuple[Path, Path]) -> None:
     gpu = node[GPUS[1].uuid]
     gpu.processes = [Proc(100, GIB)]

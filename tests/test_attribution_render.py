@@ -154,6 +154,20 @@ def test_default_sim_layout_matches_the_sim_profiles() -> None:
     }
 
 
+def test_sim_layout_places_pods_by_gpu_index_when_one_is_missing() -> None:
+    present = [GPUS[0], GPUS[1], GPUS[3]]  # GPU 2 left out of discovery
+    default = Attribution(sim_layout.SimLayoutSource(sim_layout.DEFAULT_PODS, present).allocations())
+    assert len(default.owners("GPU-3")) == 2  # the two embedders of GPU 3
+    assert default.sole_owner("GPU-1") == Workload("ml-training", "llm-finetune-0", "trainer")
+    assert Workload("research", "spin-wait-debug", "worker") not in {a.owner for a in default.allocations}
+    pods = [sim_layout.SimPod(A, (3,)), sim_layout.SimPod(B, (0, 1))]
+    placed = Attribution(sim_layout.SimLayoutSource(pods, present, origin="pods.yaml").allocations())
+    assert placed.sole_owner("GPU-3") == A
+    assert placed.sole_owner("GPU-0") == placed.sole_owner("GPU-1") == B
+    with pytest.raises(ConfigError, match="lists GPU 2"):
+        sim_layout.SimLayoutSource([sim_layout.SimPod(A, (2,))], present, origin="pods.yaml")
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [

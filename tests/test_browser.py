@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from conftest import REPO, ExporterFactory, free_port, require_module, require_tool
+from conftest import REPO, ExporterFactory, free_port, require_module, require_tool, wait_ready
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 POINT = re.compile(r"[ML](-?[\d.]+),(-?[\d.]+)")
@@ -74,6 +77,39 @@ def points(page: Any, uuid: str, series: str) -> list[tuple[float, float]]:
     return [(float(x), float(y)) for x, y in POINT.findall(d or "")]
 
 
+def axis_labels(page: Any, uuid: str) -> list[str]:
+    return [t.strip() for t in page.locator(f'article.gpu[data-uuid="{uuid}"] .axis span').all_inner_texts()]
+
+
+@contextmanager
+def page_over_history(browser: Any, seconds: int) -> Iterator[tuple[Any, list[str]]]:
+    """The status page over a history of ``seconds`` made up by tools/status_screenshot.py, which no
+    sampler feeds afterwards; the page and the browser errors it logs."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import status_screenshot  # tools/ is not a package
+
+    publisher, history = status_screenshot.filled_history(interval=1.0, seconds=seconds)
+    errors: list[str] = []
+    with status_screenshot.serving(publisher, history, free_port()) as base:
+        page = open_page(browser, base, [], errors)
+        page.goto(base + "/")
+        yield page, errors
+
+
+def start_process(*args: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """``smlens serve --backend sim`` on a free port, for a test that stops it; its base URL and process."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "smlens", "serve", "--backend", "sim", "--listen", f"127.0.0.1:{port}", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(base + "/-/ready", process)
+    return base, process
+
+
 def test_status_page_flags_hollow_gpus_draws_timelines_and_refreshes(
     start_exporter: ExporterFactory, browser: Any, tmp_path: Path
 ) -> None:
@@ -108,7 +144,7 @@ def test_status_page_flags_hollow_gpus_draws_timelines_and_refreshes(
         assert all(y < 10 for _, y in util) and all(y > 80 for _, y in sm)
         assert row.locator("svg.timeline rect.band").count() >= 1  # the hollow stretch is shaded
         assert row.locator("svg.timeline").bounding_box()["width"] > 300
-    working = page.locator('article.gpu[data-verdict="working"]')
+    working = page.locator('article.gpu[data-verdict="compute_bound"]')
     assert working.count() == 1 and working.locator("rect.band").count() == 0
     first = page.locator("article.gpu").first
     assert "held by ml-training/llm-pretrain-0/trainer" in first.locator(".owner").inner_text()
@@ -133,7 +169,7 @@ def test_status_page_flags_hollow_gpus_draws_timelines_and_refreshes(
     # The links lead to live data.
     page.click('a[href="api/v1/gpus"]')
     assert [g["verdict"]["code"] for g in json.loads(page.inner_text("body"))["gpus"]][:3] == [
-        "working",
+        "compute_bound",
         "hollow",
         "hollow",
     ]
@@ -172,6 +208,7 @@ def test_timelines_span_fifteen_minutes_at_the_sampling_interval(
         assert sum("api/v1/history" in url for url in requested) >= answers
         # 901 ticks, the first only primes the counters: 900 points, one a second, oldest at the left.
         assert len(util) == 900
+        assert axis_labels(page, turned) == ["-15 min", "-10 min", "-5 min", "now"]
         assert util[0][0] < 3 and util[-1][0] == 900.0
         steps = [b[0] - a[0] for a, b in itertools.pairwise(util)]
         assert max(steps) - min(steps) < 0.15
@@ -213,3 +250,179 @@ def test_status_page_works_behind_the_web_configs_basic_auth(
     wait_for_poll(page, requested)  # polling passes the auth too
     assert all(urlsplit(url).hostname == "127.0.0.1" for url in requested), requested
     assert errors == []
+
+
+UNKNOWN_AND_HELD = """
+gpus:
+  - healthy
+  - {profile: healthy, unreadable: [profiling]}
+  - phases:
+      - {profile: healthy, seconds: 1}
+      - {profile: healthy, seconds: 1000000, unreadable: [gpu]}
+  - idle_memory_held
+  - idle
+"""
+NOTEBOOK = "pods:\n  - {namespace: research, pod: notebook-bob, container: jupyter, gpus: [3]}\n"
+CLOCK = r"\d{1,2}:\d{2}:\d{2}(\s?[AP]M)?"
+
+
+def test_header_says_what_is_unknown_and_what_is_held_idle_in_words(
+    start_exporter: ExporterFactory, browser: Any, tmp_path: Path
+) -> None:
+    """A lost GPU and one without SM metrics are unknown, not "not busy"; a GPU whose memory a notebook
+    holds while idle does not look like a free one; reasons read as words, not codes."""
+    (tmp_path / "node.yaml").write_text(UNKNOWN_AND_HELD)
+    (tmp_path / "pods.yaml").write_text(NOTEBOOK)
+    base = start_exporter(
+        "--backend", "sim", "--interval", "0.5", "--sim-scenario", str(tmp_path / "node.yaml"),
+        "--sim-pods", str(tmp_path / "pods.yaml"),
+    )  # fmt: skip
+    requested: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser, base, requested, errors)
+    page.goto(base + "/")
+    page.wait_for_function("() => (document.getElementById('unknown') || {}).textContent?.includes('lost')")
+    assert page.inner_text("#summary") == "None of the 3 GPU(s) that can be judged is busy with its SMs idle."
+    assert "No GPU is busy" not in page.inner_text("header")
+    assert re.fullmatch(
+        rf"Unknown, whether hollow or not: GPU 2 lost \(not readable since {CLOCK}\); "
+        r"GPU 1 without SM metrics \(from sim: not supported by this GPU\)\.",
+        page.inner_text("#unknown"),
+    ), page.inner_text("#unknown")
+    assert page.inner_text("#held-idle") == (
+        "Held but idle (no kernels run): GPU 3 holds 98.7 GiB of memory for research/notebook-bob/jupyter."
+    )
+    api = httpx.get(base + "/api/v1/gpus").json()["gpus"]
+    assert [g["memory_held"] for g in api] == [True, True, False, True, False]
+    rows = page.locator("article.gpu")
+    held, free = rows.nth(3), rows.nth(4)
+    assert (held.get_attribute("data-verdict"), free.get_attribute("data-verdict")) == (
+        "idle_memory_held",
+        "idle",
+    )
+    assert "held" in (held.get_attribute("class") or "").split()
+    assert "held" not in (free.get_attribute("class") or "").split()
+    assert "98.7 GiB of memory held" in held.locator(".held-note").inner_text()
+    assert free.locator(".held-note").inner_text() == ""
+    assert held.evaluate("e => getComputedStyle(e).borderLeftColor") != free.evaluate(
+        "e => getComputedStyle(e).borderLeftColor"
+    )
+    # Reasons in words: the profiling line, the lost GPU's verdict and the tooltips of absent values.
+    blind = rows.nth(1)
+    assert (
+        blind.locator(".profiling").inner_text()
+        == "SM metrics unavailable from sim: not supported by this GPU"
+    )
+    assert blind.locator('dd[data-key="sm_occupancy"]').get_attribute("title") == "not supported by this GPU"
+    assert rows.nth(2).locator(".verdict").inner_text() == "lost: not readable"
+    assert "not_supported" not in page.inner_text("body")
+    assert errors == []
+
+
+MIG_NODE = """
+gpus:
+  - healthy
+  - mig: [{mig_profile: 3g.71gb, profile: healthy}, {mig_profile: 1g.18gb, profile: hollow},
+          {mig_profile: 1g.18gb, profile: idle}]
+"""
+
+
+def test_mig_instances_get_rows_with_their_own_verdicts(
+    start_exporter: ExporterFactory, browser: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "mig.yaml").write_text(MIG_NODE)
+    base = start_exporter(
+        "--backend", "sim", "--interval", "0.5", "--sim-scenario", str(tmp_path / "mig.yaml")
+    )
+    requested: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser, base, requested, errors)
+    page.goto(base + "/")
+    page.wait_for_selector("article.gpu section.instance[data-verdict]")
+    split = httpx.get(base + "/api/v1/gpus", params={"gpu": "1"}).json()["gpus"][0]
+    assert [i["verdict"]["code"] for i in split["instances"]] == ["compute_bound", "hollow", "idle"]
+    row = page.locator(f'article.gpu[data-uuid="{split["uuid"]}"]')
+    instances = row.locator("section.instance")
+    shown = [
+        (instances.nth(i).get_attribute("data-gpu-instance"), instances.nth(i).get_attribute("data-verdict"))
+        for i in range(instances.count())
+    ]
+    assert shown == [(str(i["gpu_instance"]), i["verdict"]["code"]) for i in split["instances"]]
+    hollow = row.locator('section.instance[data-verdict="hollow"]')
+    assert "bad" in (hollow.get_attribute("class") or "").split()
+    assert "MIG 1g.18gb" in hollow.inner_text() and "held but SMs mostly idle" in hollow.inner_text()
+    assert "MIG mode: 3 GPU instance(s)" in row.locator(".mig").inner_text()
+    assert page.locator("article.gpu").first.locator("section.instance").count() == 0
+    summary = page.locator("#summary")
+    assert summary.inner_text() == (
+        "1 MIG instance(s) held but with their SMs mostly idle: GPU 1 MIG instance 2 (1g.18gb)."
+    )
+    assert summary.get_attribute("class") == "bad"
+    assert errors == []
+
+
+def test_a_short_history_fills_the_timeline_with_both_axes_labelled_and_bars_in_the_legends_colours(
+    browser: Any,
+) -> None:
+    with page_over_history(browser, seconds=200) as (page, errors):
+        page.wait_for_selector("article.gpu[data-verdict] path[data-series=utilization][d^=M]")
+        uuid = page.locator("article.gpu").first.get_attribute("data-uuid")
+        util = points(page, uuid, "utilization")
+        # 200 s of history span the whole width, not the right 200/900 of a 15-minute axis.
+        assert len(util) == 200 and util[0][0] < 10 and util[-1][0] == 900.0
+        assert axis_labels(page, uuid) == ["-3 min", "-2 min", "-1 min", "now"]
+        for row in page.locator("article.gpu").all():
+            assert [t.strip() for t in row.locator(".yaxis span").all_inner_texts()] == [
+                "100 %",
+                "50 %",
+                "0 %",
+            ]
+        style = "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).opacity]"
+        for key in ("sm_occupancy", "tensor_active", "dram_active"):
+            legend = page.locator(f"#legend .key.{key}").evaluate(style)
+            bars = page.locator(f"dd[data-key={key}] .mini.{key} span")
+            assert bars.count() == 8
+            assert {tuple(b.evaluate(style)) for b in bars.all()} == {tuple(legend)}, key
+        for key in ("utilization", "sm_active"):
+            legend = page.locator(f"#legend .key.{key}").evaluate(style)
+            assert page.locator(f".vbar.{key} .fill").first.evaluate(style) == legend, key
+        assert errors == []
+
+
+def test_the_page_marks_its_data_stale_and_says_since_when(browser: Any, tmp_path: Path) -> None:
+    base, process = start_process("--interval", "0.5")
+    requested: list[str] = []
+    errors: list[str] = []
+    try:
+        page = open_page(browser, base, requested, errors)
+        page.goto(base + "/")
+        page.wait_for_selector("article.gpu[data-verdict]")
+        wait_for_poll(page, requested)
+        assert page.locator("#stale").is_hidden()
+        assert "stale" not in (page.get_attribute("body", "class") or "")
+        assert page.locator("main").evaluate("e => getComputedStyle(e).opacity") == "1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    page.wait_for_selector("#stale", state="visible", timeout=10_000)
+    assert re.fullmatch(
+        rf"Stale since {CLOCK}: the exporter has not answered since then; what is shown is its last answer\.",
+        page.inner_text("#stale"),
+    ), page.inner_text("#stale")
+    assert "stale" in (page.get_attribute("body", "class") or "").split()
+    assert float(page.locator("main").evaluate("e => getComputedStyle(e).opacity")) < 0.6
+    assert page.locator("article.gpu").count() == 8  # the last answer stays, dimmed
+    page.screenshot(path=str(tmp_path / "stale.png"))
+    assert not [e for e in errors if "ERR_CONNECTION_REFUSED" not in e]
+
+
+def test_the_page_marks_its_data_stale_when_the_sampler_stalls(browser: Any) -> None:
+    """The exporter answers, but with a sample that grows old (here: nobody feeds the history)."""
+    with page_over_history(browser, seconds=30) as (page, errors):
+        page.wait_for_selector("#stale", state="visible", timeout=15_000)
+        assert re.fullmatch(
+            rf"Stale since {CLOCK}: the exporter answers, but has taken no sample since then\.",
+            page.inner_text("#stale"),
+        ), page.inner_text("#stale")
+        assert "stale" in (page.get_attribute("body", "class") or "").split()
+        assert errors == []

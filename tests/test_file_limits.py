@@ -3,6 +3,7 @@ short sentence and exit 1, through the CLI as users meet them, in a process whos
 
 from __future__ import annotations
 
+import gzip
 import os
 import resource
 import subprocess
@@ -14,11 +15,11 @@ import pytest
 from conftest import REPO
 from smlens.errors import ConfigError
 from smlens.files import MAX_ALIAS_NODES, MAX_FILE_BYTES, MAX_QUOTED, quote, read_bounded, read_yaml
+from smlens.profile import recording
+from smlens.profile.recording import Recording, RecordingError
 
 ADDRESS_SPACE = 2 * 2**30
-# --sim-pods is read once the sim GPUs are open, after their INFO lines: warnings only.
 SERVE = [sys.executable, "-m", "smlens", "serve", "--backend", "sim", "--listen", "127.0.0.1:0"]
-SERVE += ["--log-level", "warning"]
 FILE_FLAGS = ("--config", "--web-config-file", "--thresholds", "--sim-scenario", "--sim-pods")
 
 
@@ -51,6 +52,47 @@ def test_a_file_without_end_gets_one_sentence_that_names_it(flag: str) -> None:
     done = serve_with(flag, "/dev/zero")
     assert_one_short_sentence(done, "/dev/zero")
     assert "larger than 1 MiB" in done.stderr
+
+
+def _capped_above_a_recording() -> None:
+    """In the child: room for the one buffer a recording is read into, and the same cap beyond it."""
+    limit = recording.MAX_BYTES + ADDRESS_SPACE
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def test_a_recording_without_end_gets_one_sentence(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smlens",
+            "profile",
+            "--from-json",
+            "/dev/zero",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_capped_above_a_recording,
+        # one BLAS thread: numpy's per-thread buffers would otherwise take address space by the core count
+        env={**os.environ, "PYTHONPATH": str(REPO / "exporter"), "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert_one_short_sentence(done, "/dev/zero")
+    assert "larger than 2048 MiB" in done.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_compressed_recording_is_bounded_once_decompressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "capture.json.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(" " * 2000 + "{}")
+    monkeypatch.setattr(recording, "MAX_BYTES", 1000)
+    with pytest.raises(RecordingError, match=rf"^profile recording {path} holds more than"):
+        Recording.load(path)
 
 
 def billion_laughs() -> str:

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import venv
 import zipfile
@@ -92,10 +93,16 @@ def test_sdist_and_wheel_build_pass_twine_check_and_install(tmp_path: Path) -> N
     with tarfile.open(sdist) as archive:
         assert {f"smlens-{VERSION}/exporter/{name}" for name in shipped} <= set(archive.getnames())
 
-    # The wheel installs and runs; its dependencies come from this environment (no index here).
+    # The wheel installs and runs; its dependencies come from this environment (no index here): a .pth
+    # file puts this environment's site-packages after the new venv's own. (system_site_packages alone
+    # would reach only the base interpreter's, which lacks them when this runs from a venv, as
+    # scripts/test-all.sh runs it.)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=True)
     python = env_dir / "bin" / "python"
+    (site_packages,) = env_dir.glob("lib/python3*/site-packages")
+    ours = dict.fromkeys(sysconfig.get_path(name) for name in ("purelib", "platlib"))
+    (site_packages / "outer.pth").write_text("".join(f"{path}\n" for path in ours))
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],

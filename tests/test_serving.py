@@ -173,6 +173,18 @@ def test_tls_and_basic_auth_guard_every_endpoint_but_the_probes(
     assert time.monotonic() - started < 10
 
 
+def test_the_stored_hash_an_empty_password_and_the_user_name_are_refused(
+    serve: Launcher, tmp_path: Path
+) -> None:
+    served = serve("--web-config-file", str(web_config(tmp_path, {"basic_auth_users": {AUTH[0]: HASH}})))
+    url = served.base + "/metrics"
+    assert httpx.get(url, auth=AUTH).status_code == 200
+    # Fewer wrong passwords than the per-address burst of bcrypt checks: each one is really hashed.
+    for password in (HASH, "", AUTH[0]):
+        assert httpx.get(url, auth=(AUTH[0], password)).status_code == 401, repr(password)
+    assert httpx.get(url, auth=AUTH).status_code == 200
+
+
 def test_probes_behind_auth_with_the_flag(serve: Launcher, tmp_path: Path) -> None:
     config = web_config(tmp_path, {"basic_auth_users": {AUTH[0]: HASH}})
     port_probe = httpx.Client(auth=AUTH)

@@ -15,7 +15,7 @@ from smlens.model import Allocation, Attribution, GpuIdentity, Reading, Workload
 from smlens.pipeline.attribution import build_refresher
 from smlens.pipeline.sampler import Sampler
 from smlens.settings import resolve
-from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend
+from smlens.sources.sim import PROFILES, Phase, Scenario, SimBackend, SimInstance
 from smlens.verdicts import thresholds
 from smlens.web.app import create_app
 from smlens.web.status import history as history_module
@@ -134,6 +134,40 @@ def test_history_agrees_with_the_api_and_answers_only_new_points() -> None:
     assert sim.reads == reads  # rendering touches no backend
 
 
+def test_history_judges_mig_instances_as_the_api_does_and_gives_reasons_in_words() -> None:
+    split = Scenario(
+        (
+            (Phase(PROFILES["healthy"], 0.0, frozenset({"profiling"})),),
+            (Phase(PROFILES["idle"], 0.0),),
+            (Phase(PROFILES["idle_memory_held"], 0.0),),
+        ),
+        mig={
+            1: (
+                SimInstance("3g.71gb", PROFILES["healthy"]),
+                SimInstance("1g.18gb", PROFILES["hollow"]),
+                SimInstance("1g.18gb", PROFILES["idle"]),
+            )
+        },
+    )
+    sampler, sim, _, client, clock = node(split)
+    run(sampler, clock, 3)
+    body = client.get("/api/v1/history").json()
+    api = client.get("/api/v1/gpus").json()["gpus"]
+    assert [g["instances"] for g in body["gpus"]] == [g["instances"] for g in api]
+    instances = api[1]["instances"]
+    assert [(i["verdict"]["code"], i["memory_held"]) for i in instances] == [
+        ("compute_bound", True),
+        ("hollow", True),
+        ("idle", False),
+    ]
+    assert (api[2]["verdict"]["code"], api[2]["memory_held"]) == ("idle_memory_held", True)  # a notebook's
+    assert body["reasons"] == {"not_supported": "not supported by this GPU"}
+    assert api[0]["profiling"]["reason"] == "not_supported"  # the API keeps the code
+    reads = sim.reads
+    client.get("/api/v1/history")
+    assert sim.reads == reads
+
+
 def test_ring_holds_the_window_and_says_since_when() -> None:
     turns_hollow = Scenario(
         (
@@ -147,9 +181,9 @@ def test_ring_holds_the_window_and_says_since_when() -> None:
     body = client.get("/api/v1/history").json()
     assert body["sequences"] == list(range(25, 46))
     working, hollow = body["gpus"]
-    assert working["verdict_since"] == body["times"][0]  # working through the whole ring
+    assert working["verdict_since"] == body["times"][0]  # compute-bound through the whole ring
     first_hollow = hollow["timeline"]["verdict"].index("hollow")
-    assert set(hollow["timeline"]["verdict"][:first_hollow]) == {"working"}
+    assert set(hollow["timeline"]["verdict"][:first_hollow]) == {"compute_bound"}
     assert set(hollow["timeline"]["verdict"][first_hollow:]) == {"hollow"}
     assert hollow["verdict_since"] == body["times"][first_hollow]
     assert 29 <= hollow["verdict_since"] - 1_800_000_000.0 <= 31

@@ -53,9 +53,12 @@ SCENARIO = Scenario(
 )
 
 
-def filled_history(interval: float = 1.0, seconds: float = WINDOW_SECONDS) -> tuple[Publisher, History]:
-    """A publisher and a history fed ``seconds`` of the scenario, ending now, on a simulated clock."""
-    now = [time.time() - seconds]
+def filled_history(
+    interval: float = 1.0, seconds: float = WINDOW_SECONDS, end: float | None = None
+) -> tuple[Publisher, History]:
+    """A publisher and a history fed ``seconds`` of the scenario, ending at unix time ``end`` (default: now),
+    on a simulated clock."""
+    now = [(time.time() if end is None else end) - seconds]
     sim = SimBackend(SCENARIO, hostname_hint="gpu-node-17")
     sampler = Sampler(
         sim, [], hostname="gpu-node-17", interval=interval, clock=lambda: now[0], wall=lambda: now[0]
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("top", type=Path, help="PNG of the header and the first four GPUs")
     parser.add_argument("--port", type=int, default=18132)
     args = parser.parse_args(argv)
-    publisher, history = filled_history()
+    # The page dims a sample older than 5 s as stale: end the history after the screenshots are taken.
+    publisher, history = filled_history(end=time.time() + 60)
     with serving(publisher, history, args.port) as base, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 800})

@@ -34,11 +34,20 @@ def _socket(settings: ServeSettings) -> Path | None:
     return None
 
 
+def read_sim_pods(settings: ServeSettings) -> tuple[sim_layout.SimPod, ...]:
+    """The simulated node's pod layout: the ``--sim-pods`` file, read and checked, else the default one."""
+    return sim_layout.load(settings.sim_pods) if settings.sim_pods else sim_layout.DEFAULT_PODS
+
+
 def build_refresher(
-    settings: ServeSettings, gpus: Sequence[GpuIdentity], session: NvmlSession | None = None
+    settings: ServeSettings,
+    gpus: Sequence[GpuIdentity],
+    session: NvmlSession | None = None,
+    sim_pods: Sequence[sim_layout.SimPod] | None = None,
 ) -> AttributionRefresher | None:
     """The refresher for these settings, or None when no source applies (not started yet). ``session`` is
-    the backends' NVML session: attribution then reads the MIG layouts the sampler keeps."""
+    the backends' NVML session: attribution then reads the MIG layouts the sampler keeps. ``sim_pods``:
+    the layout :func:`read_sim_pods` gave, if it was read already."""
     kind = KINDS[settings.backend]
     session = (session or NvmlSession()) if kind.reads_nvml else None
     socket = _socket(settings)
@@ -64,7 +73,7 @@ def build_refresher(
             else (lambda: session.mig_placements(devices.gpus, monotonic())),
         )
     elif kind.simulated:
-        pods = sim_layout.load(settings.sim_pods) if settings.sim_pods else sim_layout.DEFAULT_PODS
+        pods = read_sim_pods(settings) if sim_pods is None else sim_pods
         origin = str(settings.sim_pods) if settings.sim_pods else None
         allocation = sim_layout.SimLayoutSource(pods, gpus, origin)
     usage: UsageSource | None = None

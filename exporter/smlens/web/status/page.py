@@ -21,7 +21,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from smlens import __version__
-from smlens.model import GpuState
+from smlens.formatting import reason
+from smlens.model import GpuState, Snapshot
 from smlens.web.answers import READ, ErrorAnswer, HistoryAnswer
 from smlens.web.status.history import MAX_VALUES_PER_ANSWER, SERIES, History, owners
 
@@ -55,6 +56,16 @@ def _sequence(value: str | None) -> int | None:
     digits = value.lstrip("0")
     # int() refuses numbers over 4,300 digits; one that long is past every sequence, as a 20-digit one is.
     return int(digits or "0") if len(digits) <= 20 else sys.maxsize
+
+
+def reasons(snapshot: Snapshot) -> dict[str, str]:
+    """Each reason a GPU or MIG instance of the snapshot gives for an absent value, in words."""
+    codes = {gpu.profiling_reason for gpu in snapshot.gpus} - {""}
+    for gpu in snapshot.gpus:
+        codes.update(gpu.missing.values())
+        for instance in gpu.instances:
+            codes.update(instance.missing.values())
+    return {code: reason(code) for code in sorted(codes)}
 
 
 def status_router(history: History, describe: Describe) -> APIRouter:
@@ -111,6 +122,7 @@ def status_router(history: History, describe: Describe) -> APIRouter:
                     snap.gpus, window.series, window.verdicts, window.verdict_since, strict=True
                 )
             ],
+            "reasons": reasons(snap),
         }
 
     return router
