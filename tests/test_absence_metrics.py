@@ -24,6 +24,7 @@ from smlens import names as n
 from smlens.errors import ConfigError
 from smlens.exposition.collector import PLAIN_GAUGES, RATIO_GAUGES
 from smlens.exposition.rendered import Publisher
+from smlens.exposition.selection import EVERYTHING
 from smlens.model import GpuIdentity, Snapshot
 from smlens.pipeline.sampler import Sampler
 from smlens.sources.dcgm.backend import open_dcgm_backend
@@ -42,10 +43,15 @@ PROFILING_COUNTERS = [
 ALL_GAUGES = [name for _, name, _ in (*RATIO_GAUGES, *PLAIN_GAUGES)]
 
 Series = dict[tuple[str, str], float]  # (sample name, gpu label) -> value
+PipeSeries = dict[tuple[str, str, str], float]  # (sample name, gpu label, pipe label or "") -> value
 
 
 def scrape(snapshot: Snapshot, accept: str) -> Series:
-    publisher = Publisher()
+    return {(name, gpu): value for (name, gpu, _), value in scrape_pipes(snapshot, accept).items()}
+
+
+def scrape_pipes(snapshot: Snapshot, accept: str) -> PipeSeries:
+    publisher = Publisher(EVERYTHING)  # the contract holds for every family, exported by default or not
     publisher.asked(accept.startswith("application/openmetrics-text"))  # as an earlier scrape would
     publisher.publish(snapshot)
     response = TestClient(create_app(publisher, thresholds.load(), lambda: True)).get(
@@ -56,16 +62,20 @@ def scrape(snapshot: Snapshot, accept: str) -> Series:
     assert response.headers["content-type"].startswith(
         "application/openmetrics-text" if openmetrics else "text/plain; version=0.0.4"
     )
-    return parse(response.text, openmetrics)
+    return parse_pipes(response.text, openmetrics)
 
 
 def parse(body: str, openmetrics: bool) -> Series:
-    series: Series = {}
+    return {(name, gpu): value for (name, gpu, _), value in parse_pipes(body, openmetrics).items()}
+
+
+def parse_pipes(body: str, openmetrics: bool) -> PipeSeries:
+    series: PipeSeries = {}
     for family in (parse_openmetrics if openmetrics else parse_text)(body):
         for sample in family.samples:
             assert not math.isnan(sample.value), f"{sample.name}{sample.labels} is NaN"
             if "gpu" in sample.labels:
-                series[(sample.name, sample.labels["gpu"])] = sample.value
+                series[(sample.name, sample.labels["gpu"], sample.labels.get(n.PIPE, ""))] = sample.value
     return series
 
 
@@ -140,6 +150,47 @@ def test_dcgm_blank_value_has_no_series(fake_dcgm: ModuleType, accept: str) -> N
     assert series[("gpu_profiling_mode", "0")] == 1  # DCGM says how it counts: one_pass here
 
 
+def test_a_pipe_the_source_lacks_has_no_series_nor_a_sol_without_any_pipe(
+    fake_dcgm: ModuleType, accept: str
+) -> None:
+    """Through DCGM: GPU 0 counts every pipe DCGM has (none is DMMA), GPU 1's metric groups lack HMMA and
+    GPU 2's every compute pipe, so that it has SM activity but neither pipe nor compute SOL series."""
+    uuids = [f"GPU-{i}a{i}a{i}a{i}a-0000-0000-0000-000000000000" for i in range(3)]
+    no_pipes = ((0, 0, (1001, 1002, 1003, 1005)), (1, 0, (1009, 1010)))
+    engine = fake_dcgm.FakeHostengine(
+        [
+            fake_dcgm.FakeGpu(uuids[0]),
+            fake_dcgm.FakeGpu(uuids[1], fake_dcgm.NO_HMMA),
+            fake_dcgm.FakeGpu(uuids[2], no_pipes),
+        ]
+    )
+    fake_dcgm.REGISTRY.listen(engine)
+    backend = open_dcgm_backend(None, embedded=False, interval=1.0)
+    now = [0.0]
+    node = NvmlLikeNode([GpuIdentity(i, uuid, "NVIDIA A100") for i, uuid in enumerate(uuids)])
+    sampler = Sampler(node, [backend], "node-a", 1.0, clock=lambda: now[0])
+    sampler.open()
+    # Every ratio field; the double keeps those watched.
+    every_field = dict.fromkeys((*range(1002, 1009), *range(1013, 1017)), 0.25)
+    for tick in range(2):
+        for index in range(3):
+            engine.publish(index, every_field)
+        now[0] = float(tick)
+        snapshot = sampler.tick()
+    series = scrape_pipes(snapshot, accept)
+
+    def pipes_of(gpu: str) -> set[str]:
+        return {pipe for name, at, pipe in series if name == "gpu_pipe_active_seconds_total" and at == gpu}
+
+    dcgm_pipes = {"hmma", "imma", "dfma", "fp64", "fp32", "fp16", "integer"}
+    assert pipes_of("0") == dcgm_pipes
+    assert pipes_of("1") == dcgm_pipes - {"hmma"}
+    assert pipes_of("2") == set()
+    sol = "gpu_compute_sol_seconds_total"
+    assert series[(sol, "0", "")] == series[(sol, "1", "")] == 0.25  # 1 s at 0.25 on each pipe
+    assert (sol, "2", "") not in series and series[("gpu_sm_active_seconds_total", "2", "")] == 0.25
+
+
 @pytest.mark.parametrize(
     ("unreadable", "message"),
     [
@@ -157,7 +208,9 @@ def test_bad_unreadable_key_is_one_sentence(tmp_path: Path, unreadable: object, 
 
 def test_a_running_exporter_serves_the_scenario_without_zeros(start_exporter: ExporterFactory) -> None:
     """The same contract end to end: ``smlens serve --sim-scenario`` scraped over loopback HTTP."""
-    base = start_exporter("--backend", "sim", "--sim-scenario", str(SCENARIO), "--interval", "0.5")
+    base = start_exporter(
+        "--backend", "sim", "--sim-scenario", str(SCENARIO), "--interval", "0.5", "--metrics", "all"
+    )
     deadline = time.monotonic() + 20
     while True:  # GPU 3 is lost 2 s after the first sample
         text = httpx.get(base + "/metrics", timeout=5).text

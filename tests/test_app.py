@@ -81,15 +81,16 @@ def test_api_lists_gpus_with_verdicts_and_filters() -> None:
     assert body["hostname"] == "node-a" and len(body["gpus"]) == 8
     verdicts = [g["verdict"]["code"] for g in body["gpus"]]
     assert verdicts == [
-        "working",
+        "compute_bound",
         "hollow",
         "hollow",
-        "low_occupancy",
+        "stalled",
         "memory_bound",
         "partial",
         "idle",
-        "idle",
+        "idle_memory_held",
     ]
+    assert body["gpus"][0]["verdict"]["pipe"] == "tensor"
     one = c.get("/api/v1/gpus", params={"gpu": body["gpus"][2]["uuid"]}).json()["gpus"]
     assert [g["index"] for g in one] == [2]
     missing = c.get("/api/v1/gpus", params={"gpu": "99"})

@@ -74,10 +74,18 @@ def test_check_prints_a_verdict_per_gpu() -> None:
     assert lines[0].split()[:3] == ["GPU", "model", "util"]
     assert "busy but SMs mostly idle" in lines[2]  # GPU 1, hollow
     assert "busy but SMs mostly idle" in lines[3]  # GPU 2, one SM
-    assert "working" in lines[1] and "idle" in lines[7]
+    assert "compute-bound: the tensor pipe" in lines[1] and "stalled" in lines[4]
+    assert "idle, memory held" in lines[8]
     as_json = run_cli("check", "--backend", "sim", "--duration", "1", "--interval", "0.2", "--json")
     payload = json.loads(as_json.stdout)
-    assert [g["verdict"]["code"] for g in payload["gpus"]][:3] == ["working", "hollow", "hollow"]
+    assert [g["verdict"]["code"] for g in payload["gpus"]][:4] == [
+        "compute_bound",
+        "hollow",
+        "hollow",
+        "stalled",
+    ]
+    assert payload["gpus"][0]["verdict"]["pipe"] == "tensor"
+    assert payload["gpus"][0]["means"]["compute_sol"] >= 0.9
     assert abs(payload["gpus"][2]["means"]["sm_active"] - 1 / 132) < 0.002
 
 
@@ -98,8 +106,9 @@ def test_check_says_what_it_samples_and_logs_only_warnings() -> None:
         (None, 3),  # default: hollow; GPUs 1 and 2 of the sim node are hollow
         ("none", 0),
         ("memory_bound", 3),  # GPU 4
-        ("low_occupancy,partial", 3),
-        ("sm_underused,no_profiling,down,unknown", 0),
+        ("stalled,partial", 3),
+        ("compute_bound", 3),  # GPU 0
+        ("no_profiling,down,unknown", 0),
     ],
 )
 def test_check_exit_code_gates_on_verdicts(fail_on: str | None, code: int) -> None:
@@ -119,6 +128,55 @@ def test_check_exit_code_gates_on_verdicts(fail_on: str | None, code: int) -> No
     )
 
 
+MIG_NODE = (
+    "gpus:\n  - healthy\n"
+    "  - mig: [{mig_profile: 3g.71gb, profile: healthy}, {mig_profile: 1g.18gb, profile: hollow},"
+    " {mig_profile: 1g.18gb, profile: idle}]\n"
+)
+
+
+def test_check_judges_each_mig_instance_and_fails_on_a_hollow_one(tmp_path: Path) -> None:
+    """A hollow 1g slice fails `--fail-on hollow`, named, even though its GPU as a whole is not hollow."""
+    scenario = tmp_path / "mig.yaml"
+    scenario.write_text(MIG_NODE)
+    args = [
+        "check",
+        "--backend",
+        "sim",
+        "--sim-scenario",
+        str(scenario),
+        "--duration",
+        "1",
+        "--interval",
+        "0.2",
+    ]
+    result = run_cli(*args)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "smlens check: exit 3: --fail-on hollow matched GPU 1 MIG instance 2 1g.18gb (hollow)."
+    )
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert list(rows) == ["0", "1", "1/1", "1/2", "1/3"]
+    assert "MIG 3g.71gb" in rows["1/1"] and "compute-bound" in rows["1/1"]
+    assert "MIG 1g.18gb" in rows["1/2"] and "held but SMs mostly idle" in rows["1/2"]
+    assert "idle (no kernels ran)" in rows["1/3"]
+    assert rows["1/2"].split()[3] == "n/a"  # no utilization per MIG instance, never 0
+    payload = json.loads(run_cli(*args, "--json", "--fail-on", "none").stdout)
+    whole, split = payload["gpus"]
+    assert whole["instances"] == []
+    instances = split["instances"]
+    assert [(i["gpu_instance"], i["mig_profile"], i["verdict"]["code"]) for i in instances] == [
+        (1, "3g.71gb", "compute_bound"),
+        (2, "1g.18gb", "hollow"),
+        (3, "1g.18gb", "idle"),
+    ]
+    assert 0.05 <= instances[1]["means"]["sm_active"] <= 0.15 and instances[1]["means"]["utilization"] is None
+    assert instances[1]["memory_used_bytes"] > 2**30 and instances[2]["memory_used_bytes"] == 0
+    idle = run_cli(*args, "--fail-on", "idle")
+    assert idle.returncode == 3
+    assert idle.stderr.splitlines()[-1].endswith("matched GPU 1 MIG instance 3 1g.18gb (idle).")
+
+
 def test_check_fail_on_and_log_level_come_from_the_environment_too() -> None:
     env = {"SMLENS_FAIL_ON": "none", "SMLENS_LOG_LEVEL": "info"}
     result = run_cli("check", "--backend", "sim", "--duration", "0.5", env=env)
@@ -126,9 +184,9 @@ def test_check_fail_on_and_log_level_come_from_the_environment_too() -> None:
 
 
 def test_check_without_failing_verdicts_exits_0() -> None:
-    result = run_cli("check", "--backend", "sim", "--sim-gpus", "1", "--duration", "0.5")  # GPU 0: working
+    result = run_cli("check", "--backend", "sim", "--sim-gpus", "1", "--duration", "0.5")  # GPU 0: a GEMM
     assert result.returncode == 0, result.stderr
-    assert "working" in result.stdout
+    assert "compute-bound" in result.stdout
 
 
 def test_auto_backend_without_nvml_fails_with_one_sentence() -> None:
@@ -240,11 +298,15 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
         "--log-level",
         "warning",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
+    # Buffered stdout, as on a machine without PYTHONUNBUFFERED: the write fails only at the flush.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(REPO / "exporter")
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
         assert process.stdout is not None and process.stderr is not None
         process.stdout.close()  # before smlens prints: its write meets a closed pipe
         stderr = process.stderr.read().decode()
         assert process.wait(timeout=60) == 141, stderr
-    # Only the progress line, no traceback.
-    assert stderr.splitlines() == ["smlens check: sampling 8 GPU(s) (sim) for 0.5 s ..."], stderr
+    # The progress line and (the write failing only at the flush) why it would have exited 3; no traceback.
+    lines = stderr.splitlines()
+    assert lines[0] == "smlens check: sampling 8 GPU(s) (sim) for 0.5 s ...", stderr
+    assert all(line.startswith("smlens check: ") for line in lines) and len(lines) <= 2, stderr

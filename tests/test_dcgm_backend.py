@@ -51,10 +51,13 @@ SAMPLE: dict[int, float | int] = {
     1003: 0.125,
     1004: 0.5,
     1005: 0.375,
-    1006: 0.0,
+    1006: 0.1875,
     1007: 0.0625,
     1008: 0.03125,
+    1013: 0.15625,
     1014: 0.4375,
+    1015: 0.21875,
+    1016: 0.34375,
     1009: 2_000_000,
     1010: 1_000_000,
     1011: 40_000_000,
@@ -228,13 +231,25 @@ def test_one_pass_gpu_gives_the_gpm_metric_set(fake: ModuleType) -> None:
     publish_all(engine)
     reading = backend.read(gpus()[0], now=101.5)
     assert reading.source == "dcgm" and reading.profiling
-    assert set(reading.activity) == {key for key, _ in gpm.RATIO_METRICS}
+    # DCGM has no ratio field for GPM's DMMA_TENSOR_UTIL.
+    assert set(reading.activity) == {key for key, _ in gpm.RATIO_METRICS} - {n.DMMA_ACTIVE}
     assert set(reading.increments) == {key for key, _ in gpm.TRAFFIC_METRICS}
     assert reading.missing == {}
     for field_id, key in RATIO_FIELDS.items():
         assert reading.activity[key] == Activity(SAMPLE[field_id] * 1.5, 1.5)
     for field_id, key in BYTE_RATE_FIELDS.items():
         assert reading.increments[key] == pytest.approx(SAMPLE[field_id] * 1.5)
+    # By name as well, not only through the map under test: each pipe comes from its own field.
+    pipes = {
+        n.FP64_ACTIVE: 0.28125,  # 1006
+        n.FP32_ACTIVE: 0.09375,  # 1007
+        n.FP16_ACTIVE: 0.046875,  # 1008
+        n.IMMA_ACTIVE: 0.234375,  # 1013
+        n.HMMA_ACTIVE: 0.65625,  # 1014
+        n.DFMA_ACTIVE: 0.328125,  # 1015
+        n.INTEGER_ACTIVE: 0.515625,  # 1016
+    }
+    assert {key: reading.activity[key].active_seconds for key in pipes} == pipes
 
 
 def test_multi_pass_gpu_watches_one_pass_and_names_the_rest(fake: ModuleType) -> None:
@@ -246,8 +261,10 @@ def test_multi_pass_gpu_watches_one_pass_and_names_the_rest(fake: ModuleType) ->
     publish_all(engine)
     reading = backend.read(gpus()[0], now=11.0)
     assert set(reading.activity) == {n.SM_ACTIVE, n.SM_OCCUPANCY, n.DRAM_ACTIVE}
-    for key in (n.TENSOR_ACTIVE, n.HMMA_ACTIVE, n.FP64_ACTIVE, n.FP32_ACTIVE, n.FP16_ACTIVE):
+    pipes = (n.TENSOR_ACTIVE, n.HMMA_ACTIVE, n.IMMA_ACTIVE, n.FP64_ACTIVE, n.FP32_ACTIVE, n.FP16_ACTIVE)
+    for key in (*pipes, n.INTEGER_ACTIVE):
         assert reading.missing[key] == "metric_group_conflict"
+    assert reading.missing[n.DFMA_ACTIVE] == "not_supported"  # in none of this GPU's metric groups
 
 
 def test_hmma_missing_where_dcgm_lacks_it(fake: ModuleType) -> None:

@@ -106,3 +106,40 @@ def test_xid_totals_stay_read_only_and_earlier_states_keep_theirs() -> None:
 def test_activities_add_up_as_spans_not_as_tuples() -> None:
     total = Activity(1.0, 2.0) + Activity(0.5, 1.0)
     assert type(total) is Activity and total == Activity(1.5, 3.0)
+
+
+def pipes(seconds: float, missing: dict[str, str] | None = None, **ratios: float) -> Reading:
+    """A gpm reading of ``seconds`` at the given ratios, keyed by activity key."""
+    activity = {key: Activity.of(ratio, seconds) for key, ratio in ratios.items()}
+    return Reading("gpm", activity=activity, missing=missing or {}, profiling=True)
+
+
+def test_compute_sol_integrates_each_ticks_busiest_pipe() -> None:
+    """Tick 1 (1 s): tensor 0.75 is the busiest, tick 2 (2 s): FP32 0.5. SOL = 0.75 x 1 + 0.5 x 2 = 1.75
+    active seconds of 3, a mean of 0.5833; the busiest window mean, FP32's (0.25 + 1.0) / 3 = 0.4167,
+    would say less. SM active and DRAM are busier still, and are no compute pipe."""
+    first = {n.TENSOR_ACTIVE: 0.75, n.FP32_ACTIVE: 0.25, n.INTEGER_ACTIVE: 0.125}
+    second = {n.TENSOR_ACTIVE: 0.125, n.FP32_ACTIVE: 0.5, n.INTEGER_ACTIVE: 0.25}
+    others = {n.SM_ACTIVE: 1.0, n.DRAM_ACTIVE: 0.875}
+    totals, state = fold(GPU, GpuTotals(), [pipes(1.0, **first, **others)], {}, True, GPM)
+    assert state.activity_totals[n.COMPUTE_SOL] == Activity(0.75, 1.0)
+    totals, state = fold(GPU, totals, [pipes(2.0, **second, **others)], {}, True, GPM)
+    assert state.activity_totals[n.COMPUTE_SOL] == Activity(1.75, 3.0)
+    assert state.activity_totals[n.TENSOR_ACTIVE] == Activity(1.0, 3.0)
+    assert state.activity_totals[n.FP32_ACTIVE] == Activity(1.25, 3.0)
+    assert state.gauges[n.COMPUTE_SOL] == 0.5  # the last tick's, in /api/v1/gpus values
+
+
+def test_compute_sol_is_the_busiest_of_the_pipes_read_and_absent_without_any() -> None:
+    totals, state = fold(
+        GPU, GpuTotals(), [pipes(1.0, **{n.SM_ACTIVE: 0.5, n.DRAM_ACTIVE: 0.5})], {}, True, GPM
+    )
+    assert n.COMPUTE_SOL not in state.activity_totals and n.COMPUTE_SOL not in state.gauges  # not 0
+    totals, state = fold(GPU, totals, [pipes(1.0, **{n.SM_ACTIVE: 0.5, n.FP64_ACTIVE: 0.25})], {}, True, GPM)
+    assert state.activity_totals[n.COMPUTE_SOL] == Activity(0.25, 1.0)
+    assert state.gauges[n.COMPUTE_SOL] == 0.25
+    gone = pipes(1.0, {n.FP64_ACTIVE: "not_supported"}, **{n.SM_ACTIVE: 0.5})
+    _, state = fold(GPU, totals, [gone], {}, True, GPM)
+    assert state.activity_totals[n.COMPUTE_SOL] == Activity(0.25, 1.0)  # no coverage for this tick
+    assert state.activity_totals[n.SM_ACTIVE] == Activity(1.5, 3.0)
+    assert n.COMPUTE_SOL not in state.gauges and n.FP64_ACTIVE not in state.gauges

@@ -74,6 +74,44 @@ def test_each_read_covers_exactly_the_interval_since_the_previous(monkeypatch: p
     assert second.profiling and second.source == "gpm"
 
 
+def test_every_key_reads_its_own_gpm_metric(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A distinct rate for every metric, none of them 0: a key read from another metric, or held at 0,
+    # reads the wrong value.
+    ratios = {
+        n.SM_ACTIVE: ("SM_UTIL", 50.0),
+        n.SM_OCCUPANCY: ("SM_OCCUPANCY", 12.5),
+        n.TENSOR_ACTIVE: ("ANY_TENSOR_UTIL", 40.0),
+        n.HMMA_ACTIVE: ("HMMA_TENSOR_UTIL", 25.0),
+        n.IMMA_ACTIVE: ("IMMA_TENSOR_UTIL", 3.125),
+        n.DFMA_ACTIVE: ("DFMA_TENSOR_UTIL", 18.75),
+        n.DMMA_ACTIVE: ("DMMA_TENSOR_UTIL", 9.375),
+        n.DRAM_ACTIVE: ("DRAM_BW_UTIL", 75.0),
+        n.FP64_ACTIVE: ("FP64_UTIL", 12.25),
+        n.FP32_ACTIVE: ("FP32_UTIL", 37.5),
+        n.FP16_ACTIVE: ("FP16_UTIL", 6.25),
+        n.INTEGER_ACTIVE: ("INTEGER_UTIL", 43.75),
+    }
+    traffic = {
+        n.PCIE_TX_BYTES: ("PCIE_TX_PER_SEC", 1.0),
+        n.PCIE_RX_BYTES: ("PCIE_RX_PER_SEC", 3.0),
+        n.NVLINK_TX_BYTES: ("NVLINK_TOTAL_TX_PER_SEC", 5.0),
+        n.NVLINK_RX_BYTES: ("NVLINK_TOTAL_RX_PER_SEC", 7.0),
+    }
+    rates = {
+        getattr(pynvml, f"NVML_GPM_METRIC_{name}"): rate
+        for name, rate in (*ratios.values(), *traffic.values())
+    }
+    node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates=rates))
+    backend, (gpu,), _ = attached(node)
+    backend.read(gpu, now=0.0)
+    node.advance(2.0)
+    reading = backend.read(gpu, now=2.0)
+    assert {key: ratio_seconds(reading, key) for key in ratios} == {
+        key: pytest.approx((rate / 100 * 2.0, 2.0)) for key, (_, rate) in ratios.items()
+    }
+    assert reading.increments == {key: pytest.approx(rate * MIB * 2.0) for key, (_, rate) in traffic.items()}
+
+
 def test_a_value_that_is_not_a_number_is_missing_not_integrated(monkeypatch: pytest.MonkeyPatch) -> None:
     node = install(monkeypatch, FakeGpu("GPU-a", gpm_rates={SM: 50.0, DRAM: math.nan, PCIE_TX: math.nan}))
     backend, (gpu,), _ = attached(node)

@@ -1,5 +1,6 @@
 """MIG GPU instances at /metrics: the sampler on the nvml and gpm backends over the fake pynvml
-(tests/fakes/fake_pynvml.py), pods from the fake kubelet, and MIG reconfigured while it runs."""
+(tests/fakes/fake_pynvml.py), pods from the fake kubelet, and MIG reconfigured while it runs; and pods on
+a node whose lost GPU was left out of discovery."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from smlens.attribution.devices import DeviceMap
 from smlens.attribution.podresources import PodResourcesClient, PodResourcesSource
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.exposition.rendered import Publisher
+from smlens.pipeline.attribution import build_refresher
 from smlens.pipeline.sampler import Sampler
+from smlens.settings import resolve
 from smlens.sources.nvml.backend import open_nvml_backends
 from smlens.sources.nvml.session import MIG_RESCAN_INTERVAL, NvmlSession
 from smlens.verdicts import thresholds
@@ -179,6 +182,60 @@ def test_each_instance_carries_the_pod_that_holds_its_mig_device(
     whole = [lbl for n, lbl in series if n == "gpu_sm_active_ratio" and ("uuid", SPLIT) in lbl]
     assert whole == [frozenset({"gpu": "1", "uuid": SPLIT, "hostname": "node-a"}.items())]
     session.release(kubelet)
+
+
+def test_pods_land_on_the_gpus_of_their_index_when_a_lost_gpu_is_left_out(
+    monkeypatch: pytest.MonkeyPatch, kubelet: FakeKubelet
+) -> None:
+    lost, last = "GPU-22222222-1111-2222-3333-444444444444", "GPU-33333333-1111-2222-3333-444444444444"
+    node = install(
+        monkeypatch,
+        FakeGpu(PLAIN, gpm_rates={SM: 60.0}),
+        FakeGpu(lost, lost=True),  # left out of discovery: the GPUs are 0, 2 and 3
+        FakeGpu(
+            SPLIT,
+            mig_mode=pynvml.NVML_DEVICE_MIG_ENABLE,
+            gpm_rates={SM: 30.0},
+            gpu_instances=[gi(7, "MIG-busy", 90.0)],
+        ),
+        FakeGpu(last, gpm_rates={SM: 80.0}),
+    )
+    kubelet.set_pods(
+        [
+            pod("train", "llm-0", {"trainer": {"nvidia.com/gpu": ["3"]}}),
+            pod("serve", "small-0", {"server": {"nvidia.com/mig-1g.18gb": ["MIG-busy"]}}),
+            pod("old", "gone-0", {"c": {"nvidia.com/gpu": ["1"]}}),
+        ]
+    )
+    exporter = Exporter(node)
+    assert [g.index for g in exporter.gpus] == [0, 2, 3]
+    settings = resolve("serve", {"backend": "auto", "pod_resources_socket": str(kubelet.socket)}, environ={})
+    refresher = build_refresher(settings, exporter.gpus)
+    assert refresher is not None
+    try:
+        exporter.sampler.attach_attribution(refresher)
+        refresher.refresh()
+        exporter.tick()
+        series = exporter.tick()
+    finally:
+        refresher.close()
+
+    def gpu(index: str, uuid: str, **extra: str) -> frozenset[tuple[str, str]]:
+        return frozenset({"gpu": index, "uuid": uuid, "hostname": "node-a", **extra}.items())
+
+    trainer = {"namespace": "train", "pod": "llm-0", "container": "trainer"}
+    assert series[("gpu_sm_active_ratio", gpu("3", last, **trainer))] == pytest.approx(0.8)
+    assert series[("gpu_sm_active_ratio", gpu("0", PLAIN))] == pytest.approx(0.6)
+    assert series[("gpu_sm_active_ratio", gpu("2", SPLIT))] == pytest.approx(0.3)
+    server = {"namespace": "serve", "pod": "small-0", "container": "server"}
+    instance = {"gpu_instance": "7", "mig_profile": "1g.18gb", "mig_uuid": "MIG-busy", **server}
+    assert series[("gpu_mig_sm_active_ratio", gpu("2", SPLIT, **instance))] == pytest.approx(0.9)
+    allocated = {
+        (dict(lbl)["gpu"], dict(lbl)["uuid"], dict(lbl)["pod"])
+        for n, lbl in series
+        if n == "gpu_allocation_info"
+    }
+    assert allocated == {("3", last, "llm-0"), ("2", SPLIT, "small-0"), ("", "1", "gone-0")}
 
 
 def test_instances_are_read_when_the_gpu_in_mig_mode_cannot_be_sampled_whole(node: FakeNode) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import process_alive
-from smlens.profile.counters import COUNTERS
+from smlens.profile.counters import COUNTERS, PEAK_OF, PIPE_COUNTERS, REQUIRED
 from smlens.profile.cupti_session import Gpu, Session
 from smlens.profile.errors import ProfileError
 
@@ -53,6 +53,36 @@ def test_images_go_to_the_worker_half_full_and_every_sample_comes_back_in_order(
     assert (notes["images_filled"], notes["timestamps_filled"], notes["dropped_untimed"]) == (0, 0, 0)
     assert notes["dropped_unclocked"] == 1
     assert recording.peaks["sm__warps_active.avg"] == 64.0 and recording.peaks["dram__bytes.sum"] == 1504.0
+
+
+def test_the_pipe_counters_and_their_peaks_are_recorded(cupti: Any) -> None:
+    recording = capture(cupti, [20, 5])
+    assert list(recording.counters) == list(COUNTERS)
+    assert {c: recording.peaks[c] for c in PIPE_COUNTERS} == dict.fromkeys(PIPE_COUNTERS, 4.0)
+    assert "pipes_refused" not in recording.notes
+
+
+def test_where_pm_sampling_refuses_the_pipe_counters_it_samples_the_rest(
+    cupti: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Collector.configure raises ValueError for a configuration PM sampling does not support; without the
+    pipe counters the capture goes on, and the recording says why it lacks them."""
+    from cupti import pm_sampling
+    from cupti.profiler_host import value
+
+    configure = pm_sampling.Collector.configure
+
+    def refuse_pipes(self: Any, **kwargs: Any) -> None:
+        if any(m.startswith(PIPE_COUNTERS) for m in kwargs["metrics"]):
+            raise ValueError("Requested PM sampling configuration is not supported.")
+        configure(self, **kwargs)
+
+    monkeypatch.setattr(pm_sampling.Collector, "configure", refuse_pipes)
+    recording = capture(cupti, [20, 5])
+    assert list(recording.counters) == list(REQUIRED)
+    assert np.array_equal(recording.values, [[value(c, q) for c in REQUIRED] for q in range(2, 26)])
+    assert set(recording.peaks) == {c for c in PEAK_OF if c in REQUIRED}
+    assert recording.notes["pipes_refused"] == "Requested PM sampling configuration is not supported."
 
 
 def test_a_stalled_loop_fills_images_and_the_untimed_samples_are_placed_where_they_fit(cupti: Any) -> None:

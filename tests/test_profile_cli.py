@@ -114,7 +114,10 @@ def test_report_to_stdout(tmp_path: Path) -> None:
         (["--seconds", "nan"], "--seconds must be above 0 and at most 600, got nan."),
         (["--out", "/nonexistent/r.html"], "cannot write /nonexistent/r.html: No such file or directory."),
         (["--json", "/"], "cannot write /: Is a directory."),
-        (["--from-json", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (
+            ["--from-json", "/nonexistent.json"],
+            "cannot read profile recording /nonexistent.json: No such file or directory.",
+        ),
     ],
 )
 def test_bad_input_gets_one_sentence(args: list[str], message: str) -> None:

@@ -14,15 +14,34 @@ from bench.truth.compare import (
     judge_verdicts,
     judge_workload,
     ncu_outcomes,
+    ncu_pipe_outcomes,
     raw_cost,
     unprivileged_outcomes,
+    window_verdict,
 )
-from bench.truth.expect import Check, DeviceLimits, at_least, checks_for
-from bench.truth.ground_truth import KernelTruth, NcuRun, parse_csv
+from bench.truth.expect import VERDICTS, Check, DeviceLimits, ExpectedVerdict, at_least, checks_for
+from bench.truth.ground_truth import (
+    CYCLES_ACTIVE,
+    CYCLES_ELAPSED,
+    DRAM_BYTES,
+    DRAM_THROUGHPUT,
+    DURATION,
+    FMA_PIPE,
+    TENSOR_PIPE,
+    WARPS_ACTIVE,
+    KernelTruth,
+    Launch,
+    NcuPipeRun,
+    NcuRun,
+    parse_csv,
+)
 from bench.truth.metrics import SamplingCost
 from bench.truth.unprivileged import UnprivilegedRun
 
 from smlens import names as n
+from smlens.verdicts.thresholds import load
+
+THRESHOLDS = load()  # the shipped thresholds.yaml
 
 HOPPER = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.8e12)
 FIXTURES = Path(__file__).parent / "fixtures" / "truth"
@@ -43,6 +62,13 @@ def test_both_the_counter_mean_and_the_gauge_must_hold() -> None:
     assert absent[0].passed is False and absent[0].measured == "absent (gauge absent)"
 
 
+def test_a_counter_only_check_ignores_the_absent_gauge() -> None:
+    checks = [Check(n.FP32_ACTIVE, at_least(0.8), "why", gauge=False)]
+    (outcome,) = judge_workload(reading(fp32_active=(0.9, None)), checks)
+    assert outcome.passed is True and outcome.measured == "0.9 (counter)"
+    assert [o.passed for o in judge_workload(reading(fp32_active=(0.7, 0.95)), checks)] == [False]
+
+
 def test_a_failed_workload_is_one_failed_outcome() -> None:
     failed = WorkloadReading("gemm_bf16", "test", {}, {}, error="prepare failed: out of memory")
     (outcome,) = judge_workload(failed, checks_for("gemm_bf16", HOPPER))
@@ -56,15 +82,92 @@ def test_verdicts() -> None:
         {},
         {},
         verdicts=(Verdict(3.0, "idle", "idle (no kernels ran)"), Verdict(6.5, "hollow", "busy but...")),
+        judged=Verdict(0.0, "hollow", "busy but..."),
     )
-    outcomes = judge_verdicts(spin, "hollow")
+    hollow = ExpectedVerdict("hollow", "why")
+    outcomes = judge_verdicts(spin, hollow)
     assert [(o.metric, o.passed) for o in outcomes] == [
+        ("judge(window means)", True),
         ("smlens check --duration 3", False),
         ("smlens check --duration 6.5", True),
     ]
+    idle = ExpectedVerdict("idle", "why")
     crashed = WorkloadReading("idle", "t", {}, {}, verdicts=(Verdict(3.0, None, "smlens check failed: x"),))
-    assert [o.passed for o in judge_verdicts(crashed, "idle")] == [False]
-    assert [o.passed for o in judge_verdicts(WorkloadReading("idle", "t", {}, {}), "idle")] == [False]
+    assert [o.passed for o in judge_verdicts(crashed, idle)] == [False]
+    assert [o.passed for o in judge_verdicts(WorkloadReading("idle", "t", {}, {}), idle)] == [False]
+    failed = WorkloadReading("fp32_fma", "t", {}, {}, error="prepare failed: x")
+    (outcome,) = judge_verdicts(failed, VERDICTS["fp32_fma"])
+    assert outcome.passed is False and outcome.expected == "compute_bound (fp32 pipe)"
+
+
+def test_a_compute_bound_verdict_must_name_the_expected_pipe() -> None:
+    fma = VERDICTS["fp32_fma"]
+    right = WorkloadReading("fp32_fma", "t", {}, {}, judged=Verdict(0.0, "compute_bound", "x", "fp32"))
+    wrong = WorkloadReading("fp32_fma", "t", {}, {}, judged=Verdict(0.0, "compute_bound", "x", "integer"))
+    assert judge_verdicts(right, fma)[0].passed is True
+    assert judge_verdicts(right, fma)[0].measured == "compute_bound (fp32): x"
+    assert judge_verdicts(wrong, fma)[0].passed is False
+
+
+def test_a_reported_verdict_is_information() -> None:
+    generate = WorkloadReading("gpt2_generate", "t", {}, {}, judged=Verdict(0.0, "partial", "partly used"))
+    outcomes = judge_verdicts(generate, VERDICTS["gpt2_generate"])
+    assert [o.passed for o in outcomes] == [None, None]  # the window means' verdict and "not run"
+    assert outcomes[0].measured == "partial: partly used"
+
+
+# Window means as the H200 gave them (docs/validation.md), and those of an FMA-bound kernel.
+SPIN_WARP_PER_SM = {n.UTILIZATION: 0.99, n.SM_ACTIVE: 0.9986, n.SM_OCCUPANCY: 0.0156, n.DRAM_ACTIVE: 0.0}
+IDLE_PIPES = {key: 0.0 for key in n.COMPUTE_SOL_PIPES}
+
+
+@pytest.mark.parametrize(
+    ("rates", "memory", "code", "pipe"),
+    [
+        ({n.UTILIZATION: 0.0, n.SM_ACTIVE: 0.0, n.DRAM_ACTIVE: 0.0, **IDLE_PIPES}, 0.0, "idle", None),
+        ({n.UTILIZATION: 0.0, n.SM_ACTIVE: 0.0, n.DRAM_ACTIVE: 0.0}, 2e9, "idle_memory_held", None),
+        ({n.UTILIZATION: 0.99, n.SM_ACTIVE: 0.0076, n.DRAM_ACTIVE: 0.0, **IDLE_PIPES}, 1e9, "hollow", None),
+        ({**SPIN_WARP_PER_SM, **IDLE_PIPES, n.COMPUTE_SOL: 0.01}, 1e9, "stalled", None),
+        (
+            {**SPIN_WARP_PER_SM, n.DRAM_ACTIVE: 0.885, **IDLE_PIPES, n.COMPUTE_SOL: 0.0},
+            3e9,
+            "memory_bound",
+            None,
+        ),
+        (
+            {
+                **SPIN_WARP_PER_SM,
+                **IDLE_PIPES,
+                n.TENSOR_ACTIVE: 0.935,
+                n.COMPUTE_SOL: 0.935,
+                n.DRAM_ACTIVE: 0.17,
+            },
+            1e9,
+            "compute_bound",
+            "tensor",
+        ),
+        (
+            {
+                **SPIN_WARP_PER_SM,
+                **IDLE_PIPES,
+                n.FP32_ACTIVE: 0.9,
+                n.INTEGER_ACTIVE: 0.05,
+                n.COMPUTE_SOL: 0.9,
+            },
+            1e9,
+            "compute_bound",
+            "fp32",
+        ),
+        ({**SPIN_WARP_PER_SM, **IDLE_PIPES}, 1e9, "stalled", None),  # no compute SOL: the busiest pipe
+        ({n.UTILIZATION: 0.5, n.SM_ACTIVE: 0.4, n.DRAM_ACTIVE: 0.01, **IDLE_PIPES}, 1e9, "partial", None),
+    ],
+)
+def test_window_verdict_is_smlens_own_judge(
+    rates: dict[str, float], memory: float, code: str, pipe: str | None
+) -> None:
+    verdict = window_verdict(THRESHOLDS, rates, {n.MEMORY_USED_BYTES: memory})
+    assert (verdict.code, verdict.pipe) == (code, pipe)
+    assert verdict.seconds == 0.0 and verdict.text
 
 
 def call_cost_report() -> dict[str, object]:
@@ -142,3 +245,60 @@ def test_unprivileged_outcomes_are_information() -> None:
     assert outcomes[3].expected == "as root: none"
     (skipped,) = unprivileged_outcomes(UnprivilegedRun(False, "not root"), {})
     assert skipped.passed is None and skipped.measured == "not run: not root"
+
+
+def launch(kernel: str, **values: float) -> Launch:
+    return Launch(kernel, "(528, 1, 1)", "(512, 1, 1)", values)
+
+
+def pipe_run() -> NcuPipeRun:
+    placed = {CYCLES_ACTIVE: 990.0, CYCLES_ELAPSED: 1000.0, WARPS_ACTIVE: 56.7}
+    kernels = {
+        "fp32_fma": launch("smlens_truth_fma", **placed, **{FMA_PIPE: 91.0, DRAM_THROUGHPUT: 0.1}),
+        "pointer_chase": launch(
+            "smlens_truth_chase", **placed, **{DRAM_THROUGHPUT: 45.0, DRAM_BYTES: 2.4e9, DURATION: 1e6}
+        ),
+        "copy_d2d": launch("smlens_truth_copy", **{DRAM_THROUGHPUT: 88.0}),
+        "gemm_bf16": launch("nvjet_gemm", **{TENSOR_PIPE: 91.0}),
+    }
+    return NcuPipeRun(True, "", kernels, "")
+
+
+def test_ncu_pipe_counters_against_smlens_on_the_same_kernel() -> None:
+    smlens = {
+        "fp32_fma": reading(
+            "fp32_fma", fp32_active=(0.95, None), sm_active=(0.99, None), sm_occupancy=(0.563, None)
+        ),
+        "pointer_chase": reading("pointer_chase", dram_active=(0.6, None)),
+        "copy_d2d": reading("copy_d2d", dram_active=(0.885, None)),
+        "gemm_bf16": reading("gemm_bf16", tensor_active=(0.935, None)),
+    }
+    outcomes = {(o.subject, o.metric): o for o in ncu_pipe_outcomes(pipe_run(), HOPPER, smlens)}
+    active = outcomes[("fp32_fma", n.SM_ACTIVE)]  # 990 / 1000 cycles
+    assert active.passed is True and active.expected == "smlens within 0.033 of ncu"
+    occupancy = outcomes[("fp32_fma", n.SM_OCCUPANCY)]  # 56.7 % of the warps, as on the H200
+    assert occupancy.passed is True and occupancy.measured == "0.567 (smlens 0.563)"
+    assert outcomes[("pointer_chase", n.SM_ACTIVE)].passed is False  # smlens gave none
+    fma = outcomes[("fp32_fma", f"{n.FP32_ACTIVE} vs {FMA_PIPE}")]
+    assert fma.passed is True and fma.measured == "ncu 0.91, smlens 0.95"
+    chase = outcomes[("pointer_chase", f"{n.DRAM_ACTIVE} vs {DRAM_THROUGHPUT}")]
+    assert chase.passed is False  # 0.6 against 0.45: more than 0.1 apart
+    assert outcomes[("gemm_bf16", f"{n.TENSOR_ACTIVE} vs {TENSOR_PIPE}")].passed is True
+    copy = outcomes[("copy_d2d", f"{n.DRAM_ACTIVE} vs {DRAM_THROUGHPUT}")]
+    assert copy.passed is None and "driver memcpy" in copy.expected  # another kernel: information
+    moved = outcomes[("pointer_chase", "dram__bytes.sum / gpu__time_duration.sum / peak")]
+    assert moved.passed is None and moved.measured == "0.5 (2.40 TB/s)"
+    assert outcomes[("fp32_fma", FMA_PIPE)].measured == "0.91"  # every pipe ratio as information
+
+
+def test_ncu_pipe_counters_absent_on_either_side() -> None:
+    outcomes = ncu_pipe_outcomes(pipe_run(), HOPPER, {})
+    fma = next(o for o in outcomes if o.metric == f"{n.FP32_ACTIVE} vs {FMA_PIPE}")
+    assert fma.passed is False and fma.measured == "ncu 0.91, smlens absent"  # smlens lacks it: a failure
+    lacking = NcuPipeRun(True, "", {"gemm_bf16": launch("nvjet_gemm")}, "")
+    (gemm,) = ncu_pipe_outcomes(lacking, HOPPER, {})
+    assert gemm.passed is None  # ncu lacks the metric: nothing to compare
+    (skipped,) = ncu_pipe_outcomes(NcuPipeRun(False, "ncu is not installed", {}, ""), HOPPER, {})
+    assert skipped.passed is None and skipped.measured == "not run: ncu is not installed"
+    partial = NcuPipeRun(True, "no launch of copy_d2d in ncu's output", {}, "")
+    assert [o.measured for o in ncu_pipe_outcomes(partial, HOPPER, {})] == [partial.reason]

@@ -5,26 +5,33 @@ from __future__ import annotations
 import pytest
 from bench.truth.expect import (
     SM_ACTIVE_PER_UTILIZATION,
+    VERDICTS,
     DeviceLimits,
+    ExpectedVerdict,
     Spin,
     at_least,
     at_most,
+    chase_dram_floor,
     checks_for,
     near,
     peak_dram_bandwidth,
+    pipe_shape,
     spin_shapes,
 )
+from bench.truth.workloads import make_workloads
 
 from smlens import names as n
 
-HOPPER = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.8e12)
+HOPPER = DeviceLimits("hopper-like", 132, 2048, 1024, 233472, 232448, 1024, 60 << 20, 4.8e12, (9, 0))
 # A GPU of another shape: 84 SMs of 48 warps (1536 threads), 100 KiB shared memory per SM.
 ADA = DeviceLimits("ada-like", 84, 1536, 1024, 102400, 101376, 1024, 48 << 20, None)
 
 
-def bands(name: str, limits: DeviceLimits, achieved: float | None = None) -> dict[str, list[str]]:
+def bands(
+    name: str, limits: DeviceLimits, achieved: float | None = None, sm_clock_hz: float | None = None
+) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for check in checks_for(name, limits, achieved):
+    for check in checks_for(name, limits, achieved, sm_clock_hz):
         out.setdefault(check.metric, []).append(check.band.text)
     return out
 
@@ -35,6 +42,8 @@ def test_spin_shapes_follow_the_sm_count_and_warp_limit() -> None:
     assert hopper["spin_half_sms"] == Spin(66, 1, 1024)
     assert hopper["spin_quarter_occupancy"] == Spin(132, 1, 512)
     assert hopper["spin_full_occupancy"] == Spin(132, 2, 1024)
+    assert hopper["spin_8_warps_per_sm"] == Spin(132, 1, 256)
+    assert ada["spin_8_warps_per_sm"] == Spin(84, 1, 256)
     assert ada["spin_half_sms"] == Spin(42, 1, 1024)
     assert ada["spin_quarter_occupancy"] == Spin(84, 1, 384)
     assert ada["spin_full_occupancy"] == Spin(84, 2, 768)  # 1536 threads need two blocks of 768
@@ -123,3 +132,76 @@ def test_bands() -> None:
 def test_peak_dram_bandwidth_is_double_data_rate() -> None:
     # An H200 reports 3201 MHz and a 6016-bit bus through NVML.
     assert peak_dram_bandwidth(3201e6, 6016) == pytest.approx(4.814e12, rel=1e-3)
+
+
+def test_the_pipe_kernels_fill_every_sm_with_four_blocks_of_512() -> None:
+    assert pipe_shape(HOPPER) == Spin(132, 4, 512)
+    assert pipe_shape(HOPPER).occupancy(HOPPER) == 1.0
+    assert pipe_shape(ADA) == Spin(84, 3, 512)  # 1536 threads per SM hold three
+
+
+def test_compute_peaks_scale_with_the_sm_clock_and_need_a_known_architecture() -> None:
+    assert HOPPER.peak_bf16_flops(1.83e9) == pytest.approx(989.4e12, rel=1e-3)  # the datasheet's dense bf16
+    assert HOPPER.peak_fp32_flops(1.98e9) == pytest.approx(66.9e12, rel=1e-3)  # 128 lanes x 2 FLOP a cycle
+    assert HOPPER.peak_bf16_flops(None) is None and HOPPER.peak_fp32_flops(0.0) is None
+    assert ADA.peak_bf16_flops(2e9) is None  # compute capability unknown: no physics check
+
+
+def test_fp32_fma_checks_its_pipe_against_the_flop_rate_at_the_clock() -> None:
+    achieved = 0.9 * HOPPER.peak_fp32_flops(1.5e9)  # type: ignore[operator]
+    fma = bands("fp32_fma", HOPPER, achieved, sm_clock_hz=1.5e9)
+    assert fma[n.FP32_ACTIVE] == ["0.9 +/- 0.1"]
+    # Warps and SMs finish their work at different times: the launch shape bounds occupancy from above.
+    assert fma[n.SM_ACTIVE] == [">= 0.8"] and fma[n.SM_OCCUPANCY] == ["<= 1.051"]
+    (pipe,) = [c for c in checks_for("fp32_fma", HOPPER, achieved, 1.5e9) if c.metric == n.FP32_ACTIVE]
+    assert pipe.gauge is False  # no FP32 gauge in the default groups: the counter decides
+    assert n.FP32_ACTIVE not in bands("fp32_fma", HOPPER, achieved)  # no clock measured: no physics
+
+
+def test_gemm_tensor_at_least_its_share_of_the_bf16_peak() -> None:
+    peak = HOPPER.peak_bf16_flops(1.6e9)
+    assert peak is not None
+    gemm = bands("gemm_bf16", HOPPER, 0.75 * peak, sm_clock_hz=1.6e9)
+    assert gemm[n.TENSOR_ACTIVE] == [">= 0.8", ">= 0.65"]
+    assert bands("gemm_bf16", HOPPER, 0.75 * peak)[n.TENSOR_ACTIVE] == [">= 0.8"]
+
+
+def test_pointer_chase_dram_at_least_a_sector_per_missed_load() -> None:
+    assert chase_dram_floor(HOPPER) == pytest.approx(1 - 60 / 1024)
+    assert chase_dram_floor(HOPPER, 32 << 20) == 0.0  # fits the L2: no floor
+    chase = bands("pointer_chase", HOPPER, achieved=1.44e12)  # 0.3 of the 4.8 TB/s peak
+    assert chase[n.DRAM_ACTIVE] == [">= 0.2"]
+    assert chase[n.SM_OCCUPANCY] == ["<= 1.051"]
+
+
+def test_gpt2_workloads() -> None:
+    assert bands("gpt2_train", HOPPER) == {n.TENSOR_ACTIVE: [">= 0.05"]}
+    assert bands("gpt2_generate", HOPPER) == {}  # reported only
+
+
+def test_every_expected_verdict_names_a_workload_a_code_and_a_pipe_smlens_knows() -> None:
+    names = {w.name for w in make_workloads(HOPPER)}
+    assert set(VERDICTS) <= names
+    for name, expected in VERDICTS.items():
+        assert expected.code is None or expected.code in n.VERDICT_CODES, name
+        assert expected.pipe is None or expected.pipe in n.SOL_PIPE_NAMES.values(), name
+        checks_for(name, HOPPER)  # and has expectations
+    assert VERDICTS["fp32_fma"] == ExpectedVerdict(n.VERDICT_COMPUTE_BOUND, VERDICTS["fp32_fma"].why, "fp32")
+    assert VERDICTS["gemm_bf16"].pipe == "tensor"
+    assert {VERDICTS[w].code for w in ("spin_8_warps_per_sm", "pointer_chase", "gpt2_train")} == {
+        n.VERDICT_STALLED
+    }
+    assert VERDICTS["copy_d2d"].code == n.VERDICT_MEMORY_BOUND
+    assert VERDICTS["gpt2_generate"].code is None
+
+
+def test_an_expected_verdict_holds_on_its_code_and_pipe() -> None:
+    bound = ExpectedVerdict(n.VERDICT_COMPUTE_BOUND, "why", "fp32")
+    assert bound.text == "compute_bound (fp32 pipe)"
+    assert bound.holds("compute_bound", "fp32") is True
+    assert bound.holds("compute_bound", "tensor") is False  # the wrong pipe fails
+    assert bound.holds("stalled", None) is False
+    stalled = ExpectedVerdict(n.VERDICT_STALLED, "why")
+    assert stalled.text == "stalled" and stalled.holds("stalled", None) is True
+    reported = ExpectedVerdict(None, "why")
+    assert reported.text == "reported (any)" and reported.holds("partial", None) is None

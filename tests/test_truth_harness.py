@@ -15,13 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bench.truth.compare import judge_workload
+from bench.truth.compare import judge_workload, window_verdict
 from bench.truth.expect import DeviceLimits, checks_for
-from bench.truth.exporter import REPO, CheckRun, Exporter, smlens_env
-from bench.truth.harness import Timing, _measure
-from bench.truth.workloads import Running, Workload, rate
+from bench.truth.exporter import REPO, CheckRun, Exporter, smlens_env, verdict_of
+from bench.truth.harness import Timing, _measure, chosen
+from bench.truth.workloads import Running, Workload, make_workloads, rate
 
 from conftest import GPU_ONLY
+from smlens import names as n
+from smlens.verdicts.thresholds import load
 
 HAS_GPU = shutil.which("nvidia-smi") is not None and importlib.util.find_spec("cupy") is not None
 # The simulated node's GPUs have 132 SMs of 64 warps (smlens.sources.sim).
@@ -50,6 +52,15 @@ def test_an_idle_gpu_passes_the_idle_checks(sim_exporter: Exporter) -> None:
 
 def test_a_single_sm_gpu_passes_the_one_warp_checks(sim_exporter: Exporter) -> None:
     assert measure_sim_gpu(sim_exporter, SIM_SINGLE_SM_GPU, "spin_one_warp") == [True] * 4
+
+
+def test_the_window_means_carry_every_pipe_and_get_smlens_verdict(sim_exporter: Exporter) -> None:
+    timing = Timing(interval=0.2, warmup=0.3, window=1.5, checks=())
+    args = argparse.Namespace(gpu=SIM_SINGLE_SM_GPU, requests=1)
+    reading, _ = _measure(Workload(), sim_exporter, timing, args)
+    assert all(reading.rates[key] is not None for key in (n.COMPUTE_SOL, n.FP32_ACTIVE, n.INTEGER_ACTIVE))
+    assert reading.gauges[n.MEMORY_USED_BYTES] is not None and reading.sm_clock_hz
+    assert window_verdict(load(), reading.rates, reading.gauges).code == n.VERDICT_HOLLOW
 
 
 def test_a_busy_gpu_fails_the_idle_checks(sim_exporter: Exporter) -> None:
@@ -124,3 +135,17 @@ def test_check_runs_report_hollow_gpus_rather_than_failing() -> None:
     report = CheckRun(0.5, "sim").result()
     codes = {gpu["index"]: gpu["verdict"]["code"] for gpu in report["gpus"]}
     assert codes[SIM_SINGLE_SM_GPU] == "hollow"
+    code, _, means, pipe = verdict_of(report, SIM_SINGLE_SM_GPU)
+    assert code == "hollow" and pipe is None and n.COMPUTE_SOL in means
+
+
+def test_workloads_chosen_by_name_keep_the_harness_order() -> None:
+    every = make_workloads(SIM_LIMITS)
+    assert [w.name for w in chosen(every, ("gpt2_train", "idle", "fp32_fma"))] == [
+        "idle",
+        "fp32_fma",
+        "gpt2_train",
+    ]
+    assert chosen(every, ()) == every
+    with pytest.raises(ValueError, match="no workload nope; there are idle, spin_one_warp"):
+        chosen(every, ("nope", "idle"))

@@ -36,7 +36,8 @@ def exposition(
     counter("gpu_sm_active_seconds_total", {"0": sm_active, "1": 1.0})
     counter("gpu_profiled_seconds_total", {"0": profiled, "1": 10.0})
     for key, value in gauges.items():
-        Gauge(f"gpu_{key}_ratio", "test", labels, registry=registry).labels("0", "GPU-0", "node").set(value)
+        name = key if key.startswith("gpu_") else f"gpu_{key}_ratio"
+        Gauge(name, "test", labels, registry=registry).labels("0", "GPU-0", "node").set(value)
     backend = Counter("smlens_backend_sample_seconds", "test", ["backend"], registry=registry)
     samples = Counter("smlens_backend_samples", "test", ["backend"], registry=registry)
     for name, spent in (reads or {}).items():
@@ -96,3 +97,41 @@ def test_sampling_cost_per_gpu_per_tick() -> None:
     assert cost.backend_reads_us == pytest.approx((0.5 + 0.2) / 100 / 2 * 1e6)
     assert cost.sampler_cpu_us == pytest.approx(0.6 / 100 / 2 * 1e6)
     assert sampling_cost(first, first, gpus=2) is None  # no tick in between
+
+
+def pipes_exposition(fp32: float, integer: float, sol: float, profiled: float) -> str:
+    """smlens' pipe and compute SOL counters for GPU 0 (GPU 1 holds other values)."""
+    registry = CollectorRegistry()
+    labels = ["gpu", "uuid", "hostname"]
+    pipes = Counter("gpu_pipe_active_seconds", "test", [*labels, "pipe"], registry=registry)
+    for gpu, scale in (("0", 1.0), ("1", 0.5)):
+        pipes.labels(gpu, f"GPU-{gpu}", "node", "fp32").inc(fp32 * scale)
+        pipes.labels(gpu, f"GPU-{gpu}", "node", "integer").inc(integer * scale)
+    Counter("gpu_compute_sol_seconds", "test", labels, registry=registry).labels("0", "GPU-0", "node").inc(
+        sol
+    )
+    covered = Counter("gpu_profiled_seconds", "test", labels, registry=registry)
+    covered.labels("0", "GPU-0", "node").inc(profiled)
+    covered.labels("1", "GPU-1", "node").inc(profiled)
+    return generate_latest(registry).decode()
+
+
+def test_pipe_and_compute_sol_means_from_their_counters() -> None:
+    first = parse(pipes_exposition(fp32=1.0, integer=0.1, sol=1.0, profiled=10.0), at=0.0)
+    last = parse(pipes_exposition(fp32=10.0, integer=0.6, sol=10.1, profiled=20.0), at=10.0)
+    means = window_means(first, last, "0")
+    assert means[n.FP32_ACTIVE] == pytest.approx(0.9)
+    assert means[n.INTEGER_ACTIVE] == pytest.approx(0.05)
+    assert means[n.COMPUTE_SOL] == pytest.approx(0.91)
+    assert means[n.HMMA_ACTIVE] is None  # a pipe the source does not report: absent
+    assert window_means(first, last, "1")[n.FP32_ACTIVE] == pytest.approx(0.45)
+    assert window_means(first, last, "1")[n.COMPUTE_SOL] is None
+
+
+def test_plain_gauges_beside_the_ratios() -> None:
+    scrapes = [
+        parse(exposition(0, 0, 0, 0, {n.GPU_SM_CLOCK_HERTZ: hz, n.GPU_MEMORY_USED_BYTES: 2e9}), at=float(i))
+        for i, hz in enumerate((1.98e9, 1.5e9, 1.755e9))
+    ]
+    medians = gauge_medians(scrapes, "0")
+    assert medians[n.SM_CLOCK_HERTZ] == 1.755e9 and medians[n.MEMORY_USED_BYTES] == 2e9

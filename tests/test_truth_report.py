@@ -23,8 +23,19 @@ READINGS = [
         achieved=4.26e12,
         unit="bytes",
         verdicts=(Verdict(3.0, "memory_bound", "x"), Verdict(6.5, None, "failed")),
+        judged=Verdict(0.0, "memory_bound", "x"),
     ),
     WorkloadReading("gemm_bf16", "gemm", {}, {}, error="prepare failed: no memory"),
+    WorkloadReading(
+        "fp32_fma",
+        "fma",
+        {n.FP32_ACTIVE: 0.93, n.COMPUTE_SOL: 0.93},
+        {},
+        achieved=55e12,
+        unit="flop",
+        judged=Verdict(0.0, "compute_bound", "x", "fp32"),
+    ),
+    WorkloadReading("gpt2_generate", "gpt2", {}, {}, achieved=612.3, unit="tokens"),
 ]
 
 
@@ -40,9 +51,16 @@ def test_markdown_table_escapes_pipes() -> None:
 
 def test_summary_shows_means_throughput_and_verdicts() -> None:
     rows = summary(READINGS, markdown=False).splitlines()
-    means = ["0.99", "absent", "absent", "absent", "0.8856"]
-    assert rows[1].split() == ["copy_d2d", *means, "4.26", "TB/s", "memory_bound", "/", "failed"]
-    assert rows[2].split()[:6] == ["gemm_bf16", "error", "error", "error", "error", "error"]
+    assert rows[0].split()[:6] == ["workload", "util", "SM", "active", "occupancy", "tensor"]
+    # util, SM active, occupancy, tensor, the eight pipes, DRAM, compute SOL
+    means = ["0.99", *["absent"] * 11, "0.8856", "absent"]
+    verdicts = ["memory_bound", "memory_bound", "/", "failed"]
+    assert rows[1].split() == ["copy_d2d", *means, "4.26", "TB/s", *verdicts]
+    assert rows[2].split() == ["gemm_bf16", *["error"] * 14]
+    fma = rows[3].split()
+    assert fma[10] == "0.93" and fma[14] == "0.93"  # the fp32 pipe and the compute SOL
+    assert fma[-4:] == ["55", "TFLOP/s", "compute_bound", "(fp32)"]  # the verdict names the busiest pipe
+    assert rows[4].split()[-2:] == ["612.3", "tokens/s"]
 
 
 def test_outcomes_and_tally() -> None:
@@ -56,6 +74,7 @@ def test_markdown_document() -> None:
     document = markdown({"gpu": "NVIDIA H200", "driver": "580"}, LIMITS, READINGS, OUTCOMES, "python3 -m x")
     assert document.startswith("Command: `python3 -m x`")
     assert "| gpu | NVIDIA H200 |" in document and "| SMs | 132 |" in document
+    assert "| compute capability | unknown |" in document
     assert "| peak DRAM bandwidth (2 x memory clock x bus width) | 4.81 TB/s |" in document
     assert "ncu \\| missing" in document
     assert document.endswith("Result: 1 passed, 1 failed, 1 informational.")

@@ -7,13 +7,40 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.truth.expect import Check, DeviceLimits, checks_for
-from bench.truth.ground_truth import NcuRun
+from bench.truth.expect import (
+    Check,
+    DeviceLimits,
+    ExpectedVerdict,
+    checks_for,
+    occupancy_tolerance,
+    sm_active_tolerance,
+)
+from bench.truth.ground_truth import (
+    DRAM_THROUGHPUT,
+    ELAPSED_PERCENT,
+    FMA_PIPE,
+    TENSOR_PIPE,
+    WARPS_ACTIVE,
+    NcuPipeRun,
+    NcuRun,
+)
 from bench.truth.metrics import SamplingCost
 from bench.truth.unprivileged import UnprivilegedRun
 
 from smlens import names as n
+from smlens.verdicts.judge import Means, judge
+from smlens.verdicts.thresholds import Thresholds
 
+NCU_MATCH = 0.1  # smlens' window mean vs ncu's counter on one launch of the same kernel
+# Per workload of ncu's pipe run: (smlens activity key, ncu metric) that measure the same on the same kernel.
+NCU_PAIRS: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "fp32_fma": ((n.FP32_ACTIVE, FMA_PIPE),),
+    "pointer_chase": ((n.DRAM_ACTIVE, DRAM_THROUGHPUT),),
+    "gemm_bf16": ((n.TENSOR_ACTIVE, TENSOR_PIPE),),
+}
+# Workloads whose SM active and occupancy smlens must read as ncu does on one launch of the same kernel
+# (their launch shape bounds them from above only: expect._work_bound).
+NCU_PLACED = ("fp32_fma", "pointer_chase")
 COST_RATIO = 1.25  # smlens' reads may cost at most this much more than the bare NVML/GPM calls
 LATENCY_RATIO = 3.0  # /metrics median within this of /-/healthy's (bench/metrics_latency.py's target)
 
@@ -39,11 +66,20 @@ def fmt(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one `smlens check --duration seconds` said; ``code`` None when it failed (``text`` says why)."""
+    """What one `smlens check --duration seconds` said (``seconds`` 0: the harness' own judging of the
+    window means); ``code`` None when it failed (``text`` says why); ``pipe``: the busiest compute pipe a
+    compute-bound verdict names."""
 
     seconds: float
     code: str | None
     text: str
+    pipe: str | None = None
+
+    @property
+    def shown(self) -> str:
+        if self.code is None:
+            return "failed"
+        return self.code + (f" ({self.pipe})" if self.pipe else "")
 
 
 @dataclass(frozen=True)
@@ -59,42 +95,59 @@ class WorkloadReading:
     unit: str = ""
     verdicts: tuple[Verdict, ...] = ()
     error: str = ""
+    judged: Verdict | None = None  # smlens.verdicts.judge on the window means (window_verdict)
+
+    @property
+    def sm_clock_hz(self) -> float | None:
+        return self.gauges.get(n.SM_CLOCK_HERTZ)
 
 
 def judge_workload(reading: WorkloadReading, checks: Sequence[Check]) -> list[Outcome]:
-    """Both the counter-based mean and the gauge median must lie in each check's band."""
+    """Both the counter-based mean and the gauge median must lie in each check's band (the counter alone
+    where the check says no gauge is exported by default)."""
     if reading.error:
         return [Outcome("workload", reading.name, "-", "runs and is measured", reading.error, False)]
     outcomes = []
     for check in checks:
         rate, gauge = reading.rates.get(check.metric), reading.gauges.get(check.metric)
+        holds = check.band.holds(rate) and (not check.gauge or check.band.holds(gauge))
+        measured = f"{fmt(rate)} (gauge {fmt(gauge)})" if check.gauge else f"{fmt(rate)} (counter)"
         outcomes.append(
-            Outcome(
-                "workload",
-                reading.name,
-                check.metric,
-                check.band.text,
-                f"{fmt(rate)} (gauge {fmt(gauge)})",
-                check.band.holds(rate) and check.band.holds(gauge),
-                check.why,
-            )
+            Outcome("workload", reading.name, check.metric, check.band.text, measured, holds, check.why)
         )
     return outcomes
 
 
-def judge_verdicts(reading: WorkloadReading, expected: str) -> list[Outcome]:
-    if not reading.verdicts:
-        return [Outcome("verdict", reading.name, "smlens check", expected, "not run", False)]
+def window_verdict(
+    thresholds: Thresholds, rates: Mapping[str, float | None], gauges: Mapping[str, float | None]
+) -> Verdict:
+    """smlens' own verdict (smlens.verdicts.judge) on a window's exact means and its memory in use."""
+    verdict = judge(thresholds, Means.of(rates, gauges.get(n.MEMORY_USED_BYTES)))
+    return Verdict(0.0, verdict.code, verdict.text, verdict.pipe)
+
+
+def judge_verdicts(reading: WorkloadReading, expected: ExpectedVerdict) -> list[Outcome]:
+    """The verdict on the window means, then each `smlens check`'s, against ``expected`` (code and pipe).
+    A workload whose verdict is only reported gives information rows."""
+    if reading.error:
+        return [
+            Outcome("verdict", reading.name, "-", expected.text, reading.error, expected.holds(None, None))
+        ]
+    judged = [("judge(window means)", reading.judged)] if reading.judged else []
+    checks = [(f"smlens check --duration {v.seconds:g}", v) for v in reading.verdicts]
+    if not checks:
+        checks = [("smlens check", Verdict(0.0, None, "not run"))]
     return [
         Outcome(
             "verdict",
             reading.name,
-            f"smlens check --duration {v.seconds:g}",
-            expected,
-            f"{v.code}: {v.text}" if v.code else v.text,
-            v.code == expected,
+            metric,
+            expected.text,
+            f"{v.shown}: {v.text}" if v.code else v.text,
+            expected.holds(v.code, v.pipe),
+            expected.why,
         )
-        for v in reading.verdicts
+        for metric, v in (*judged, *checks)
     ]
 
 
@@ -257,3 +310,78 @@ def unprivileged_outcomes(run: UnprivilegedRun, root_missing: Mapping[str, str])
             None,
         ),
     ]
+
+
+def ncu_pipe_outcomes(
+    run: NcuPipeRun, limits: DeviceLimits, smlens: Mapping[str, WorkloadReading]
+) -> list[Outcome]:
+    """ncu's counters on one launch of each pipe and memory kernel: SM active and occupancy held to the
+    launch's bands, the pipe or DRAM ratio smlens measures held to ncu's within NCU_MATCH, and every other
+    pipe ratio ncu gave as information."""
+    if not run.available:
+        return [Outcome("ncu", "pipes", "-", "hardware counters", f"not run: {run.reason}", None)]
+    outcomes = []
+    if run.reason:
+        outcomes.append(Outcome("ncu", "pipes", "-", "every kernel profiled", run.reason, None))
+    peak = limits.peak_dram_bytes_per_second
+    for name, launch in run.kernels.items():
+        seen = smlens.get(name)
+        rates = seen.rates if seen else {}
+        note = f"{launch.kernel[:60]}, grid {launch.grid}, block {launch.block}"
+        if name in NCU_PLACED:
+            placed = (
+                (n.SM_ACTIVE, launch.sm_active, sm_active_tolerance),
+                (n.SM_OCCUPANCY, launch.ratio(WARPS_ACTIVE), occupancy_tolerance),
+            )
+            for key, value, tolerance in placed:
+                mine = rates.get(key)
+                allowed = None if value is None else tolerance(value)
+                passed = None if allowed is None else mine is not None and abs(mine - value) <= allowed
+                expected = "smlens as ncu" if allowed is None else f"smlens within {allowed:.2g} of ncu"
+                measured = f"{fmt(value)} (smlens {fmt(mine)})"
+                outcomes.append(Outcome("ncu", name, key, expected, measured, passed, note))
+        for key, metric in NCU_PAIRS.get(name, ()):
+            value, mine = launch.ratio(metric), rates.get(key)
+            passed = None if value is None else mine is not None and abs(mine - value) <= NCU_MATCH
+            outcomes.append(
+                Outcome(
+                    "ncu",
+                    name,
+                    f"{key} vs {metric}",
+                    f"smlens within {NCU_MATCH:g} of ncu",
+                    f"ncu {fmt(value)}, smlens {fmt(mine)}",
+                    passed,
+                    note,
+                )
+            )
+        if name == "copy_d2d":
+            mine = rates.get(n.DRAM_ACTIVE)
+            outcomes.append(
+                Outcome(
+                    "ncu",
+                    name,
+                    f"{n.DRAM_ACTIVE} vs {DRAM_THROUGHPUT}",
+                    "information: a CuPy copy kernel of the same size stands in for torch's copy_ "
+                    "(a driver memcpy, which ncu does not profile)",
+                    f"ncu {fmt(launch.ratio(DRAM_THROUGHPUT))}, smlens (torch copy_) {fmt(mine)}",
+                    None,
+                    note,
+                )
+            )
+        for metric, value in sorted(launch.values.items()):
+            if metric.endswith(ELAPSED_PERCENT) and metric != WARPS_ACTIVE:
+                outcomes.append(Outcome("ncu", name, metric, "information", fmt(value / 100), None, note))
+        moved = launch.dram_bytes_per_second
+        if moved is not None and peak:
+            outcomes.append(
+                Outcome(
+                    "ncu",
+                    name,
+                    "dram__bytes.sum / gpu__time_duration.sum / peak",
+                    "information",
+                    f"{fmt(moved / peak)} ({moved / 1e12:.2f} TB/s)",
+                    None,
+                    note,
+                )
+            )
+    return outcomes

@@ -23,6 +23,8 @@ _MAX_THREADS_PER_MULTIPROCESSOR = 39
 _MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
 _MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 _RESERVED_SHARED_MEMORY_PER_BLOCK = 111
+_COMPUTE_CAPABILITY_MAJOR = 75
+_COMPUTE_CAPABILITY_MINOR = 76
 
 
 def _nvml_handle(index: int) -> tuple[Any, Any]:
@@ -60,6 +62,7 @@ def read_limits(index: int) -> DeviceLimits:
         reserved_shared_per_block=attribute(_RESERVED_SHARED_MEMORY_PER_BLOCK),
         l2_bytes=attribute(_L2_CACHE_SIZE),
         peak_dram_bytes_per_second=peak,
+        compute_capability=(attribute(_COMPUTE_CAPABILITY_MAJOR), attribute(_COMPUTE_CAPABILITY_MINOR)),
     )
 
 

@@ -129,9 +129,11 @@ class CheckRun:
         return json.loads(out)
 
 
-def verdict_of(report: Any, gpu: int) -> tuple[str, str, dict[str, float | None]]:
-    """(code, text, means) of one GPU in a ``smlens check --json`` report."""
+def verdict_of(report: Any, gpu: int) -> tuple[str, str, dict[str, float | None], str | None]:
+    """(code, text, means, pipe) of one GPU in a ``smlens check --json`` report; pipe: the busiest compute
+    pipe a compute-bound verdict names, else None."""
     for entry in report["gpus"]:
         if entry["index"] == gpu:
-            return entry["verdict"]["code"], entry["verdict"]["text"], entry["means"]
+            verdict = entry["verdict"]
+            return verdict["code"], verdict["text"], entry["means"], verdict.get("pipe")
     raise KeyError(f"GPU {gpu} is not in the smlens check report")

@@ -4,11 +4,13 @@ that smlens reports what the physics says.
     PYTHONPATH=exporter python3 -m bench.truth [--gpu 0] [--out truth-out]
 
 Steps: the bare cost of smlens' NVML/GPM calls (bench/nvml_call_cost.py); ``smlens serve --backend
-auto`` (shipped defaults) on a loopback port; each workload for a window, reading /metrics (gauges, and
-the exact means from the *_seconds_total counters) and, for some, the verdict of ``smlens check``;
-smlens' sampling cost over the whole run; /metrics latency idle and under a GEMM; the exporter as user
-``nobody``; ncu's hardware counters on the spin kernels. Prints a table, writes results to --out,
-exits 1 if any check fails and 2 if the harness cannot start (no GPU, no CuPy...).
+auto`` (shipped defaults) on a loopback port; each workload (or those of --workloads) for a window,
+reading /metrics (gauges, and the exact means from the *_seconds_total counters), judging the window
+means with smlens' own verdict (smlens.verdicts.judge) and, for the workloads of expect.VERDICTS, also
+running ``smlens check``; smlens' sampling cost over the whole run; /metrics latency idle and under a
+GEMM; the exporter as user ``nobody``; ncu's hardware counters on the spin kernels and on the pipe and
+memory kernels. Prints a table, writes results to --out, exits 1 if any check fails and 2 if the harness
+cannot start (no GPU, no CuPy...).
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from bench.truth.compare import (
     judge_verdicts,
     judge_workload,
     ncu_outcomes,
+    ncu_pipe_outcomes,
     raw_cost,
     unprivileged_outcomes,
+    window_verdict,
 )
 from bench.truth.expect import VERDICTS, checks_for, spin_shapes
 from bench.truth.exporter import REPO, CheckRun, Exporter, smlens_env, verdict_of
@@ -93,6 +97,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=200, help="requests per latency measurement")
     parser.add_argument("--no-ncu", action="store_true", help="skip the ncu ground truth")
     parser.add_argument("--no-unprivileged", action="store_true", help="skip the run as user nobody")
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: tuple(name for name in text.split(",") if name),
+        default=(),
+        metavar="NAME,...",
+        help="run only these workloads, in the harness' order (default: all)",
+    )
     args = parser.parse_args(argv)
     if not 0.1 <= args.interval <= 5 or args.requests < 1 or args.gpu < 0:
         parser.error("--interval must be from 0.1 to 5 s, --requests at least 1 and --gpu at least 0")
@@ -122,10 +133,10 @@ def _latency(exporter: Exporter, requests: int) -> tuple[list[float], list[float
 
 def _verdict(run: CheckRun, seconds: float, gpu: int) -> Verdict:
     try:
-        code, text, _ = verdict_of(run.result(), gpu)
+        code, text, _, pipe = verdict_of(run.result(), gpu)
     except (RuntimeError, KeyError, ValueError) as exc:
         return Verdict(seconds, None, f"smlens check failed: {exc}")
-    return Verdict(seconds, code, text)
+    return Verdict(seconds, code, text, pipe)
 
 
 def _measure(
@@ -191,11 +202,24 @@ def _gpm_request_outcome() -> Outcome:
     )
 
 
+def chosen(workloads: list[Any], names: tuple[str, ...]) -> list[Any]:
+    """The workloads named (all when none is), in the harness' order; ValueError naming unknown ones."""
+    if not names:
+        return workloads
+    unknown = sorted(set(names) - {w.name for w in workloads})
+    if unknown:
+        known = ", ".join(w.name for w in workloads)
+        raise ValueError(f"no workload {', '.join(unknown)}; there are {known}")
+    return [w for w in workloads if w.name in names]
+
+
 def run(args: argparse.Namespace, command: str) -> int:
     from bench.truth.device import environment, read_limits
-    from bench.truth.ground_truth import run_ncu
+    from bench.truth.ground_truth import PIPE_TARGETS, run_ncu, run_ncu_pipes
     from bench.truth.unprivileged import run_unprivileged
     from bench.truth.workloads import make_workloads
+
+    from smlens.verdicts.thresholds import load
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +234,12 @@ def run(args: argparse.Namespace, command: str) -> int:
     say(env.pop("nvidia_smi"))
     say(json.dumps(env, indent=1))
     say(json.dumps(dataclasses.asdict(limits), indent=1))
+    try:
+        workloads = chosen(make_workloads(limits), args.workloads)
+    except ValueError as exc:
+        print(f"truth harness: {exc}", file=sys.stderr)
+        return 2
+    thresholds = load()
     timing = Timing.derive(args.interval, utilization_interval())
     say(f"timing: {timing}")
     raw = _call_cost(out, args.gpu)
@@ -224,15 +254,18 @@ def run(args: argparse.Namespace, command: str) -> int:
         gpus = len(first.samples.get("gpu_up", {}))
         root_families = first.families(gpu=str(args.gpu))
         root_state = next(g for g in exporter.gpus()["gpus"] if g["index"] == args.gpu)
-        for workload in make_workloads(limits):
+        for workload in workloads:
             say(f"== {workload.name}: {workload.description}")
             before = exporter.scrape()
             reading, measured_latency = _measure(workload, exporter, timing, args)
+            if not reading.error:
+                judged = window_verdict(thresholds, reading.rates, reading.gauges)
+                reading = dataclasses.replace(reading, judged=judged)
             if workload.name == "idle":
                 idle_cost = sampling_cost(before, exporter.scrape(), gpus)
             latency += measured_latency
             readings.append(reading)
-            say(f"   {reading.rates}\n   {reading.verdicts} {reading.error}")
+            say(f"   {reading.rates}\n   {reading.judged} {reading.verdicts} {reading.error}")
         last = exporter.scrape()
     run_cost = sampling_cost(first, last, gpus)
     tick = median_gauge([first, last], "smlens_tick_duration_seconds")
@@ -240,10 +273,11 @@ def run(args: argparse.Namespace, command: str) -> int:
     outcomes: list[Outcome] = []
     by_name = {r.name: r for r in readings}
     for reading in readings:
-        achieved = reading.achieved if reading.unit == "bytes" else None
-        outcomes += judge_workload(reading, checks_for(reading.name, limits, achieved))
-    for name, code in VERDICTS.items():
-        outcomes += judge_verdicts(by_name[name], code)
+        checks = checks_for(reading.name, limits, reading.achieved, reading.sm_clock_hz)
+        outcomes += judge_workload(reading, checks)
+    for reading in readings:
+        if reading.name in VERDICTS:
+            outcomes += judge_verdicts(reading, VERDICTS[reading.name])
     outcomes += judge_cost(run_cost, idle_cost, raw, args.interval)
     if tick is not None and gpus:
         tick_text = f"{tick / gpus * 1e6:.0f} us (last tick before each of two scrapes, median)"
@@ -256,10 +290,19 @@ def run(args: argparse.Namespace, command: str) -> int:
         )
         outcomes += unprivileged_outcomes(unprivileged, root_state.get("missing", {}))
     if not args.no_ncu:
-        say("== ncu on the spin kernels")
-        ncu = run_ncu(list(spin_shapes(limits)), args.gpu)
-        (out / "ncu.txt").write_text(ncu.output)
-        outcomes += ncu_outcomes(ncu, limits, by_name)
+        spins = [name for name in spin_shapes(limits) if name in by_name]
+        if spins:
+            say("== ncu on the spin kernels")
+            ncu = run_ncu(spins, args.gpu)
+            (out / "ncu.txt").write_text(ncu.output)
+            outcomes += ncu_outcomes(ncu, limits, by_name)
+        targets = [name for name in PIPE_TARGETS if name in by_name]
+        if targets:
+            say("== ncu on the pipe and memory kernels")
+            pipes = run_ncu_pipes(targets, args.gpu)
+            if pipes.output:
+                (out / "ncu_pipes.txt").write_text(pipes.output)
+            outcomes += ncu_pipe_outcomes(pipes, limits, by_name)
 
     (out / "validation.md").write_text(markdown(env, limits, readings, outcomes, command) + "\n")
     results = {

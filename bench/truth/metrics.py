@@ -11,13 +11,29 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smlens import names as n
 
-# Activity key -> (integral counter, its denominator), as docs/metrics.md defines them.
-RATES: Mapping[str, tuple[str, str]] = {
-    n.UTILIZATION: ("gpu_busy_seconds_total", "gpu_utilization_sampled_seconds_total"),
-    n.SM_ACTIVE: ("gpu_sm_active_seconds_total", "gpu_profiled_seconds_total"),
-    n.SM_OCCUPANCY: ("gpu_sm_occupancy_seconds_total", "gpu_profiled_seconds_total"),
-    n.TENSOR_ACTIVE: ("gpu_tensor_active_seconds_total", "gpu_profiled_seconds_total"),
-    n.DRAM_ACTIVE: ("gpu_dram_active_seconds_total", "gpu_profiled_seconds_total"),
+
+@dataclass(frozen=True)
+class Rate:
+    """An exact mean: the increase of ``integral`` (the series carrying ``labels``) over that of
+    ``covered``, as docs/metrics.md defines them."""
+
+    integral: str
+    covered: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+PROFILED = f"{n.GPU_PROFILED_SECONDS}_total"
+RATES: Mapping[str, Rate] = {
+    n.UTILIZATION: Rate("gpu_busy_seconds_total", "gpu_utilization_sampled_seconds_total"),
+    n.SM_ACTIVE: Rate("gpu_sm_active_seconds_total", PROFILED),
+    n.SM_OCCUPANCY: Rate("gpu_sm_occupancy_seconds_total", PROFILED),
+    n.TENSOR_ACTIVE: Rate("gpu_tensor_active_seconds_total", PROFILED),
+    n.DRAM_ACTIVE: Rate("gpu_dram_active_seconds_total", PROFILED),
+    n.COMPUTE_SOL: Rate(f"{n.GPU_COMPUTE_SOL_SECONDS}_total", PROFILED),
+    **{
+        key: Rate(f"{n.GPU_PIPE_ACTIVE_SECONDS}_total", PROFILED, ((n.PIPE, pipe),))
+        for key, pipe in n.PIPE_LABELS
+    },
 }
 GAUGE_KEYS = (
     n.UTILIZATION,
@@ -28,6 +44,12 @@ GAUGE_KEYS = (
     n.DRAM_ACTIVE,
     n.FP32_ACTIVE,
 )
+# Gauges in base units, by Reading.gauges key: the SM clock the compute peaks scale with, and the memory
+# in use that tells idle from idle with memory held.
+PLAIN_GAUGES: Mapping[str, str] = {
+    n.SM_CLOCK_HERTZ: n.GPU_SM_CLOCK_HERTZ,
+    n.MEMORY_USED_BYTES: n.GPU_MEMORY_USED_BYTES,
+}
 
 
 def gauge_name(key: str) -> str:
@@ -82,8 +104,13 @@ def _with_derived(means: dict[str, float | None]) -> dict[str, float | None]:
 def window_means(first: Scrape, last: Scrape, gpu: str) -> dict[str, float | None]:
     """Exact mean of each activity between two scrapes: increase(integral) / increase(denominator)."""
     means: dict[str, float | None] = {}
-    for key, (integral, covered) in RATES.items():
-        values = [s.value(n, gpu=gpu) for s in (first, last) for n in (integral, covered)]
+    for key, rate in RATES.items():
+        labels = dict(rate.labels)
+        values = [
+            s.value(name, gpu=gpu, **(labels if name == rate.integral else {}))
+            for s in (first, last)
+            for name in (rate.integral, rate.covered)
+        ]
         if any(v is None for v in values):
             means[key] = None
             continue
@@ -93,10 +120,12 @@ def window_means(first: Scrape, last: Scrape, gpu: str) -> dict[str, float | Non
 
 
 def gauge_medians(scrapes: Sequence[Scrape], gpu: str) -> dict[str, float | None]:
-    """Median over the scrapes of each ratio gauge (each gauge covers the tick before its scrape)."""
+    """Median over the scrapes of each ratio gauge (each gauge covers the tick before its scrape), and of
+    the plain gauges of PLAIN_GAUGES."""
+    names = {**{key: gauge_name(key) for key in GAUGE_KEYS}, **PLAIN_GAUGES}
     medians: dict[str, float | None] = {}
-    for key in GAUGE_KEYS:
-        values = [v for s in scrapes if (v := s.value(gauge_name(key), gpu=gpu)) is not None]
+    for key, name in names.items():
+        values = [v for s in scrapes if (v := s.value(name, gpu=gpu)) is not None]
         medians[key] = statistics.median(values) if values else None
     return _with_derived(medians)
 

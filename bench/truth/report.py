@@ -10,7 +10,16 @@ from bench.truth.expect import DeviceLimits
 
 from smlens import names as n
 
-SUMMARY_KEYS = (n.UTILIZATION, n.SM_ACTIVE, n.SM_OCCUPANCY, n.TENSOR_ACTIVE, n.DRAM_ACTIVE)
+SUMMARY_COLUMNS = (
+    (n.UTILIZATION, "util"),
+    (n.SM_ACTIVE, "SM active"),
+    (n.SM_OCCUPANCY, "occupancy"),
+    (n.TENSOR_ACTIVE, "tensor"),
+    *((key, pipe) for key, pipe in n.PIPE_LABELS),
+    (n.DRAM_ACTIVE, "DRAM"),
+    (n.COMPUTE_SOL, "compute SOL"),
+)
+SUMMARY_KEYS = tuple(key for key, _ in SUMMARY_COLUMNS)
 ENVIRONMENT_KEYS = (
     "date",
     "gpu",
@@ -48,28 +57,29 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool)
 def _throughput(reading: WorkloadReading) -> str:
     if reading.achieved is None or not reading.unit:
         return ""
+    if reading.unit == "tokens":
+        return f"{reading.achieved:.4g} tokens/s"
     scale = "TB/s" if reading.unit == "bytes" else "TFLOP/s"
     return f"{reading.achieved / 1e12:.3g} {scale}"
 
 
 def summary(readings: Sequence[WorkloadReading], markdown: bool) -> str:
-    """What smlens read per workload: exact window means from its counters, and its verdict."""
+    """What smlens read per workload: exact window means from its counters, the verdict on them
+    (smlens.verdicts.judge) and that of each `smlens check`."""
     headers = [
         "workload",
-        "util",
-        "SM active",
-        "occupancy",
-        "tensor",
-        "DRAM",
+        *(title for _, title in SUMMARY_COLUMNS),
         "workload's own rate",
         "verdict",
+        "smlens check",
     ]
     rows = [
         [
             r.name,
             *(("error" if r.error else fmt(r.rates.get(k))) for k in SUMMARY_KEYS),
             _throughput(r),
-            " / ".join(v.code or "failed" for v in r.verdicts),
+            r.judged.shown if r.judged else "",
+            " / ".join(v.shown for v in r.verdicts),
         ]
         for r in readings
     ]
@@ -104,6 +114,10 @@ def markdown(
     peak = limits.peak_dram_bytes_per_second
     derived = [
         ["SMs", str(limits.sm_count)],
+        [
+            "compute capability",
+            ".".join(map(str, limits.compute_capability)) if limits.compute_capability else "unknown",
+        ],
         ["max warps per SM", str(limits.max_warps_per_sm)],
         ["max threads per block", str(limits.max_threads_per_block)],
         [

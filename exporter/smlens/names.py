@@ -42,22 +42,51 @@ SM_ACTIVE = "sm_active"
 SM_OCCUPANCY = "sm_occupancy"
 TENSOR_ACTIVE = "tensor_active"
 DRAM_ACTIVE = "dram_active"
+# The tensor pipes, each a part of TENSOR_ACTIVE (any tensor).
 HMMA_ACTIVE = "hmma_active"
+IMMA_ACTIVE = "imma_active"
+DFMA_ACTIVE = "dfma_active"
+DMMA_ACTIVE = "dmma_active"
 FP64_ACTIVE = "fp64_active"
 FP32_ACTIVE = "fp32_active"
 FP16_ACTIVE = "fp16_active"
+INTEGER_ACTIVE = "integer_active"
 PROFILING_ACTIVITIES = (
     SM_ACTIVE,
     SM_OCCUPANCY,
     TENSOR_ACTIVE,
     DRAM_ACTIVE,
     HMMA_ACTIVE,
+    IMMA_ACTIVE,
+    DFMA_ACTIVE,
+    DMMA_ACTIVE,
     FP64_ACTIVE,
     FP32_ACTIVE,
     FP16_ACTIVE,
+    INTEGER_ACTIVE,
 )
 ACTIVITIES = (UTILIZATION, *PROFILING_ACTIVITIES)
 INSTANCE_ACTIVITIES = (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE)  # read per MIG GPU instance
+
+# The compute pipes whose busiest one is a tick's compute speed of light (COMPUTE_SOL, an activity key
+# the fold integrates, not one a backend reads): any tensor stands for HMMA, IMMA, DFMA and DMMA, its
+# parts. A window's mean of it is not the largest of the pipes' window means, so it is integrated tick
+# by tick.
+COMPUTE_SOL_PIPES = (TENSOR_ACTIVE, FP64_ACTIVE, FP32_ACTIVE, FP16_ACTIVE, INTEGER_ACTIVE)
+COMPUTE_SOL = "compute_sol"
+# Label ``pipe`` of gpu_pipe_active_seconds_total: each pipe's value, by its activity key. Any tensor
+# keeps its own family, gpu_tensor_active_seconds_total.
+PIPE = "pipe"
+PIPE_LABELS = (
+    (HMMA_ACTIVE, "hmma"),
+    (IMMA_ACTIVE, "imma"),
+    (DFMA_ACTIVE, "dfma"),
+    (DMMA_ACTIVE, "dmma"),
+    (FP64_ACTIVE, "fp64"),
+    (FP32_ACTIVE, "fp32"),
+    (FP16_ACTIVE, "fp16"),
+    (INTEGER_ACTIVE, "integer"),
+)
 
 # Keys of Reading.gauges (base units).
 MEMORY_USED_BYTES = "memory_used_bytes"
@@ -82,6 +111,15 @@ PCIE_RX_BYTES = "pcie_rx_bytes"
 NVLINK_TX_BYTES = "nvlink_tx_bytes"
 NVLINK_RX_BYTES = "nvlink_rx_bytes"
 
+# Clock-event reasons (label values of gpu_clock_event_active) that slow a GPU below what its workload
+# asks for: the GPUClockSlowdown alert's. sw_power_cap is apart: under heavy load it is normal.
+SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
+POWER_CAP_REASON = "sw_power_cap"
+
+# Memory in use above which a MIG instance counts as held by a workload: below a CUDA context's size,
+# above what an instance without processes reports. The exporter's verdicts and the alerts share it.
+MIG_HELD_MEMORY_BYTES = 128 * 1024 * 1024
+
 # Most GPUs of a simulated node (--sim-gpus and scenario files alike): a simulated node stays node-sized.
 MAX_SIM_GPUS = 64
 
@@ -90,29 +128,32 @@ MAX_SIM_GPUS = 64
 STALE_INTERVALS = 3
 STALE_MIN_SECONDS = 5.0
 
-# Verdict codes (``verdict.code`` in /api/v1/gpus and `smlens check --json`).
+# Verdict codes (``verdict.code`` in /api/v1/gpus and `smlens check --json`): what a GPU's window means
+# say limits it (docs/metrics.md#verdicts says which workload gets which).
 VERDICT_UNKNOWN = "unknown"
 VERDICT_DOWN = "down"
 VERDICT_IDLE = "idle"
+VERDICT_IDLE_MEMORY_HELD = "idle_memory_held"
 VERDICT_NO_PROFILING = "no_profiling"
-VERDICT_SM_UNDERUSED = "sm_underused"
 VERDICT_HOLLOW = "hollow"
+VERDICT_STALLED = "stalled"
 VERDICT_MEMORY_BOUND = "memory_bound"
-VERDICT_LOW_OCCUPANCY = "low_occupancy"
-VERDICT_WORKING = "working"
+VERDICT_COMPUTE_BOUND = "compute_bound"
 VERDICT_PARTIAL = "partial"
 VERDICT_CODES = (
     VERDICT_UNKNOWN,
     VERDICT_DOWN,
     VERDICT_IDLE,
+    VERDICT_IDLE_MEMORY_HELD,
     VERDICT_NO_PROFILING,
-    VERDICT_SM_UNDERUSED,
     VERDICT_HOLLOW,
+    VERDICT_STALLED,
     VERDICT_MEMORY_BOUND,
-    VERDICT_LOW_OCCUPANCY,
-    VERDICT_WORKING,
+    VERDICT_COMPUTE_BOUND,
     VERDICT_PARTIAL,
 )
+# The name of each compute-SOL pipe in a compute-bound verdict (``verdict.pipe``, the label ``pipe``).
+SOL_PIPE_NAMES = {TENSOR_ACTIVE: "tensor", **dict(PIPE_LABELS)}
 
 # ---------------------------------------------------------------------------------------------------
 # Metric names: every family smlens exports, defined once for the exposition, the rules and the
@@ -143,6 +184,8 @@ GPU_SM_ACTIVE_SECONDS = "gpu_sm_active_seconds"
 GPU_SM_OCCUPANCY_SECONDS = "gpu_sm_occupancy_seconds"
 GPU_TENSOR_ACTIVE_SECONDS = "gpu_tensor_active_seconds"
 GPU_DRAM_ACTIVE_SECONDS = "gpu_dram_active_seconds"
+GPU_PIPE_ACTIVE_SECONDS = "gpu_pipe_active_seconds"  # label PIPE
+GPU_COMPUTE_SOL_SECONDS = "gpu_compute_sol_seconds"
 GPU_UTILIZATION_SAMPLED_SECONDS = "gpu_utilization_sampled_seconds"
 GPU_PROFILED_SECONDS = "gpu_profiled_seconds"
 

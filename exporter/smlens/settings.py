@@ -24,6 +24,7 @@ from smlens import names as n
 from smlens.attribution.devices import DEFAULT_DRA_DRIVERS, DEFAULT_RESOURCE_NAMES
 from smlens.attribution.refresher import DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from smlens.errors import ConfigError
+from smlens.exposition.selection import DEFAULT, DEFAULT_GROUPS, Selection, parse_selection
 from smlens.files import quote, read_yaml
 from smlens.names import MAX_SIM_GPUS
 from smlens.sources.registry import KINDS, SIM_GPUS, SIM_SEED, accepting
@@ -113,6 +114,14 @@ def _flag(raw: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError("must be true or false")
+
+
+def _metrics(raw: Any) -> Selection:
+    if isinstance(raw, (list, tuple)):
+        raw = ",".join(_text(item) for item in raw)
+    if not isinstance(raw, str):
+        raise ValueError("must be a comma-separated list of metric groups")
+    return parse_selection(raw)
 
 
 def parse_listen(raw: Any) -> tuple[str, int]:
@@ -208,15 +217,14 @@ class SourceSettings:
     energy_interval: float = option(
         _number(float, 1.0, 3600.0),
         15.0,
-        "seconds between energy-counter reads (~4 ms per GPU)",
+        "seconds between reads of the energy and PCIe replay counters (slow calls)",
         SOURCE,
         metavar="S",
     )
     utilization_interval: float = option(
         _number(float, 0.1, 10.0),
         5.0,
-        "seconds between reads of the driver's utilization samples (~2 ms per GPU; every sample "
-        "since the last read counts, so the counters stay exact)",
+        "seconds between reads of the driver's utilization samples (all samples count)",
         SOURCE,
         metavar="S",
     )
@@ -285,11 +293,18 @@ class ServeSettings(SourceSettings):
     admin_token_file: Path | None = option(
         _path,
         None,
-        "file of one line, a bearer token of 16+ characters, enabling /admin/profiling/pause "
-        "and /resume (DCGM)",
+        "file of a bearer token (16+ characters) for /admin/profiling/pause and /resume (DCGM)",
         SERVE,
         metavar="FILE",
         shown="off",
+    )
+    metrics: Selection = option(
+        _metrics,
+        DEFAULT,
+        "metric groups to export (docs/metrics.md), or all; -GROUP leaves one out",
+        SERVE,
+        metavar="GROUPS",
+        shown=",".join(DEFAULT_GROUPS),
     )
     web_config_file: Path | None = option(
         _path,

@@ -59,18 +59,21 @@ from fakes.fake_dcgm import dcgmvalue as V
 MetricGroups = Sequence[tuple[int, int, Sequence[int]]]  # (majorId, minorId, field ids)
 
 # Shapes of what dcgmProfGetSupportedMetricGroups returns; the grouping is illustrative.
-ONE_PASS: MetricGroups = (  # Ampere-like: the SM and pipe counters fit in one pass
-    (0, 0, (1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1014)),
+ONE_PASS: MetricGroups = (  # Ampere-like: the SM and every pipe counter fit in one pass
+    (0, 0, (1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1013, 1014, 1015, 1016)),
     (1, 0, (1009, 1010)),
     (2, 0, (1011, 1012)),
 )
-MULTI_PASS: MetricGroups = (  # Volta/Turing-like: the pipes exclude SM active and each other
+# Volta/Turing-like: the pipes exclude SM active and each other, and there is no FP64 tensor pipe
+# (DFMA, 1015: FP64 tensor cores came with the A100).
+MULTI_PASS: MetricGroups = (
     (0, 0, (1001, 1002, 1003)),
     (0, 1, (1001, 1004, 1014)),
     (0, 2, (1001, 1006)),
     (0, 3, (1001, 1007)),
     (0, 4, (1001, 1008)),
     (0, 5, (1001, 1013)),
+    (0, 6, (1001, 1016)),
     (1, 0, (1005,)),
     (2, 0, (1009, 1010)),
     (3, 0, (1011, 1012)),

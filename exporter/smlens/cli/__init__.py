@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from smlens import __version__
+from smlens import names as n
 from smlens.errors import ConfigError, SmlensError
 from smlens.profile.command import add_parser as add_profile_parser
 from smlens.settings import (
@@ -85,6 +86,7 @@ def _admin_control(sampler: Sampler) -> ProfilingControl:
 def _serve(settings: ServeSettings) -> int:
     from smlens.exposition.live import SnapshotAge, live_registry
     from smlens.exposition.rendered import Publisher
+    from smlens.pipeline.attribution import read_sim_pods
     from smlens.pipeline.build import build_sampler
     from smlens.pipeline.heap import release_after_start_up
     from smlens.web.admin import add_profiling_admin, read_token
@@ -93,12 +95,15 @@ def _serve(settings: ServeSettings) -> int:
     from smlens.web.status.history import History
 
     limits = thresholds.load(settings.thresholds)
+    if not settings.metrics.exports(n.GPU_SM_ACTIVE_SECONDS):
+        log.warning("--metrics leaves out activity: the shipped rules and dashboards read it and go empty")
     token = read_token(settings.admin_token_file) if settings.admin_token_file else None
+    sim_pods = read_sim_pods(settings)
     server = open_server(settings)
     try:
-        sampler = build_sampler(settings)
+        sampler = build_sampler(settings, sim_pods)
         try:
-            publisher, history = Publisher(), History(limits)
+            publisher, history = Publisher(settings.metrics), History(limits)
             live = live_registry(server.stats, SnapshotAge(lambda: sampler.latest))
             sampler.subscribe(publisher.publish)
             sampler.subscribe(history.record)
@@ -172,14 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "profile":
             from smlens.profile.command import run as profile
 
-            return profile(args)
-        settings = resolve(args.command, vars(args))
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            stream=sys.stderr,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-        return _run(settings)
+            status = profile(args)
+        else:
+            settings = resolve(args.command, vars(args))
+            logging.basicConfig(
+                level=settings.log_level.upper(),
+                stream=sys.stderr,
+                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            )
+            status = _run(settings)
+        sys.stdout.flush()  # here, where a reader that left is caught, not in Python's exit flush
+        return status
     except SmlensError as exc:
         print(f"smlens: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from smlens import __version__
 from smlens import names as n
 from smlens.exposition import instances as instance_metrics
 from smlens.exposition import owners as attribution_metrics
+from smlens.exposition.selection import DEFAULT_SELECTION, Selection
 from smlens.model import GpuState, Snapshot
 
 RATIO_GAUGES: Sequence[tuple[str, str, str]] = (
@@ -67,6 +68,18 @@ ACTIVITY_COUNTERS: Sequence[tuple[str, str, str]] = (
     (n.SM_OCCUPANCY, n.GPU_SM_OCCUPANCY_SECONDS, "Integral of SM occupancy over time."),
     (n.TENSOR_ACTIVE, n.GPU_TENSOR_ACTIVE_SECONDS, "Integral of tensor pipe activity over time."),
     (n.DRAM_ACTIVE, n.GPU_DRAM_ACTIVE_SECONDS, "Integral of DRAM activity over time."),
+    (
+        n.COMPUTE_SOL,
+        n.GPU_COMPUTE_SOL_SECONDS,
+        "Integral of the compute speed of light, tick by tick the busiest of the tensor (any), FP64, FP32, "
+        "FP16 and integer pipes; its rate() over that of gpu_profiled_seconds_total is the mean, which no "
+        "ratio of the pipe counters gives.",
+    ),
+)
+PIPE_COUNTER_HELP = (
+    "Integral of each compute pipe's activity, label pipe (hmma, imma, dfma, dmma, fp64, fp32, fp16, "
+    "integer; any tensor is gpu_tensor_active_seconds_total), only the pipes the GPU's source reports; its "
+    "rate() over that of gpu_profiled_seconds_total is the pipe's mean activity."
 )
 COVERAGE_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
@@ -77,8 +90,8 @@ COVERAGE_COUNTERS: Sequence[tuple[str, str, str]] = (
     (
         n.SM_ACTIVE,
         n.GPU_PROFILED_SECONDS,
-        "Wall seconds covered by SM-level (profiling) samples: the denominator of the SM, tensor and DRAM "
-        "*_seconds_total counters.",
+        "Wall seconds covered by SM-level (profiling) samples: the denominator of the SM, tensor, DRAM, "
+        "pipe and compute SOL *_seconds_total counters.",
     ),
 )
 
@@ -116,16 +129,19 @@ def gpu_labels(snapshot: Snapshot, gpu: GpuState) -> list[str]:
 
 
 class SnapshotCollector(Collector):
-    """A custom collector over one snapshot; ``collect`` yields fresh families each call."""
+    """A custom collector over one snapshot; ``collect`` yields fresh families each call, those of the
+    metric groups in ``selection`` (:mod:`.selection`)."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, selection: Selection = DEFAULT_SELECTION) -> None:
         self._snapshot = snapshot
+        self._selection = selection
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot
+        chosen = self._selection.exports
         gpu_families: Iterator[Metric] = itertools.chain(
             self._gpu_families(snap),
-            instance_metrics.families(snap, RATIO_GAUGES, ACTIVITY_COUNTERS, COVERAGE_COUNTERS),
+            instance_metrics.families(snap, RATIO_GAUGES, ACTIVITY_COUNTERS, COVERAGE_COUNTERS, chosen),
         )
         if snap.attribution.owner_labels:
             gpu_families = attribution_metrics.with_owner_labels(gpu_families, snap.attribution)
@@ -190,7 +206,10 @@ class SnapshotCollector(Collector):
         if mode.samples:  # only DCGM knows its mode: no empty family elsewhere
             yield mode
 
+        chosen = self._selection.exports
         for key, name, help_text in (*RATIO_GAUGES, *PLAIN_GAUGES):
+            if not chosen(name):
+                continue
             family: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(
                 name, help_text, labels=n.GPU_LABELS
             )
@@ -200,13 +219,30 @@ class SnapshotCollector(Collector):
                     family.add_metric(gpu_labels(snap, gpu), value)
             yield family
         for key, name, help_text in ACTIVITY_COUNTERS:
+            if not chosen(name):
+                continue
             family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
                 if activity is not None:
                     family.add_metric(gpu_labels(snap, gpu), activity.active_seconds)
             yield family
+        if chosen(n.GPU_PIPE_ACTIVE_SECONDS):
+            pipes = CounterMetricFamily(
+                n.GPU_PIPE_ACTIVE_SECONDS, PIPE_COUNTER_HELP, labels=[*n.GPU_LABELS, n.PIPE]
+            )
+            for gpu in gpus:
+                labels = gpu_labels(snap, gpu)
+                for key, pipe in n.PIPE_LABELS:
+                    activity = gpu.activity_totals.get(key)
+                    if activity is not None and self._selection.exports_value(
+                        n.GPU_PIPE_ACTIVE_SECONDS, pipe
+                    ):
+                        pipes.add_metric([*labels, pipe], activity.active_seconds)
+            yield pipes
         for key, name, help_text in COVERAGE_COUNTERS:
+            if not chosen(name):
+                continue
             family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 activity = gpu.activity_totals.get(key)
@@ -214,6 +250,8 @@ class SnapshotCollector(Collector):
                     family.add_metric(gpu_labels(snap, gpu), activity.covered_seconds)
             yield family
         for key, name, help_text in PLAIN_COUNTERS:
+            if not chosen(name):
+                continue
             family = CounterMetricFamily(name, help_text, labels=n.GPU_LABELS)
             for gpu in gpus:
                 value = gpu.totals.get(key)
@@ -236,6 +274,7 @@ class SnapshotCollector(Collector):
             "XID errors reported by NVML's event API since start.",
             labels=[*n.GPU_LABELS, "xid"],
         )
+        exported = self._selection.exports_value
         for gpu in gpus:
             labels = gpu_labels(snap, gpu)
             for key, kind in ECC_COUNTERS:
@@ -243,10 +282,11 @@ class SnapshotCollector(Collector):
                 if value is not None:
                     ecc.add_metric([*labels, kind], value)
             for reason, active in sorted(gpu.clock_events.items()):
-                events.add_metric([*labels, reason], 1 if active else 0)
+                if exported(n.GPU_CLOCK_EVENT_ACTIVE, reason):
+                    events.add_metric([*labels, reason], 1 if active else 0)
             for code, count in sorted(gpu.xid_totals.items(), key=_xid_order):
                 xid.add_metric([*labels, code], count)
-        yield from (ecc, events, xid)
+        yield from (family for family in (ecc, events, xid) if chosen(family.name))
 
     def _self_families(self, snap: Snapshot) -> Iterator[Metric]:
         build = GaugeMetricFamily(

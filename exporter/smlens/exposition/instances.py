@@ -8,7 +8,7 @@ GPU with its own slices. NVML gives no utilization per MIG instance, so there is
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -32,9 +32,12 @@ def _per_instance(families: Specs) -> list[tuple[str, str, str]]:
     ]
 
 
-def families(snapshot: Snapshot, ratios: Specs, integrals: Specs, coverage: Specs) -> Iterator[Metric]:
+def families(
+    snapshot: Snapshot, ratios: Specs, integrals: Specs, coverage: Specs, exported: Callable[[str], bool]
+) -> Iterator[Metric]:
     """The gpu_mig_* twins of the whole-GPU ``ratios``, ``integrals`` and ``coverage`` families, plus
-    gpu_mig_info and memory; nothing at all on a node without MIG instances."""
+    gpu_mig_info and memory, those of them ``exported`` names; nothing at all on a node without MIG
+    instances."""
     rows = [(_labels(snapshot, gpu.identity, i.instance), i) for gpu in snapshot.gpus for i in gpu.instances]
     if not rows:
         return
@@ -47,9 +50,12 @@ def families(snapshot: Snapshot, ratios: Specs, integrals: Specs, coverage: Spec
         sms = state.instance.sm_count
         info.add_metric([*labels, "" if sms is None else str(sms)], 1)
     yield info
-    yield from _gauges(rows, (*_per_instance(ratios), *MEMORY))
+    gauges = [spec for spec in (*_per_instance(ratios), *MEMORY) if exported(spec[1])]
+    yield from _gauges(rows, gauges)
     counters = [(f, False) for f in _per_instance(integrals)] + [(f, True) for f in _per_instance(coverage)]
     for (key, name, text), covered in counters:
+        if not exported(name):
+            continue
         family = CounterMetricFamily(name, text, labels=INSTANCE_LABELS)
         for labels, state in rows:
             activity = state.activity_totals.get(key)

@@ -21,6 +21,7 @@ from prometheus_client.openmetrics import exposition as openmetrics_format
 from prometheus_client.registry import CollectorRegistry
 
 from smlens.exposition.collector import SnapshotCollector
+from smlens.exposition.selection import DEFAULT_SELECTION, Selection
 from smlens.model import Snapshot
 
 # What generate_latest writes for smlens' names: the text format 0.0.4, which every Prometheus 2.x parses.
@@ -56,12 +57,18 @@ class Answer(NamedTuple):
 
 
 class Rendered:
-    """A snapshot with its bodies in the formats asked for (``True`` is OpenMetrics); immutable once built."""
+    """A snapshot with its bodies in the formats asked for (``True`` is OpenMetrics), holding the
+    families of ``selection``; immutable once built."""
 
-    def __init__(self, snapshot: Snapshot, formats: Collection[bool] = (False, True)) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        formats: Collection[bool] = (False, True),
+        selection: Selection = DEFAULT_SELECTION,
+    ) -> None:
         self.snapshot = snapshot
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SnapshotCollector(snapshot))
+        registry.register(SnapshotCollector(snapshot, selection))
         self.text = Body(text_format.generate_latest(registry)) if False in formats or not formats else None
         # OpenMetrics ends with one "# EOF": the live families come after these, so it is cut here.
         self.openmetrics = (
@@ -90,8 +97,11 @@ class Publisher:
     """Holds the latest :class:`Rendered`; subscribe :meth:`publish` to the sampler, and tell :meth:`asked`
     which format each scrape wanted."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, selection: Selection = DEFAULT_SELECTION, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.current: Rendered | None = None
+        self._selection = selection
         self._clock = clock
         self._asked: dict[bool, float] = {}  # format -> when a scrape last asked for it
 
@@ -105,4 +115,4 @@ class Publisher:
         return recent or frozenset({False})
 
     def publish(self, snapshot: Snapshot) -> None:
-        self.current = Rendered(snapshot, self.formats())
+        self.current = Rendered(snapshot, self.formats(), self._selection)

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from smlens.model import EMPTY, ZERO_ACTIVITY, Activity, GpuIdentity, GpuState, Reading
-from smlens.names import xid_label
+from smlens.names import COMPUTE_SOL, COMPUTE_SOL_PIPES, xid_label
 from smlens.pipeline.instance_fold import InstanceTotals, fold_instances
 from smlens.pipeline.profiling_policy import ProfilingChoice
 
@@ -24,6 +24,13 @@ class GpuTotals(NamedTuple):
     increments: Mapping[str, float] = EMPTY
     xids: Mapping[str, int] = EMPTY  # by xid_label
     instances: InstanceTotals = EMPTY  # per MIG GPU instance
+
+
+def compute_sol(parts: Mapping[str, Activity]) -> Activity | None:
+    """One reading's compute speed of light: the activity of its busiest compute pipe (COMPUTE_SOL_PIPES),
+    among those it has; None when it has none of them."""
+    covered = [parts[key] for key in COMPUTE_SOL_PIPES if key in parts and parts[key].covered_seconds > 0]
+    return max(covered, key=lambda part: part.active_seconds / part.covered_seconds, default=None)
 
 
 def fold(
@@ -63,6 +70,9 @@ def fold(
                 ratio = part.ratio
                 if ratio is not None:
                     ratios[key] = (reading.source, ratio)
+            sol = compute_sol(reading.activity)
+            if sol is not None:
+                activity[COMPUTE_SOL] = activity.get(COMPUTE_SOL, ZERO_ACTIVITY) + sol
     # A key read without new coverage keeps its last value, if its source read this GPU this tick.
     if not ratios.keys() >= totals.ratios.keys():  # most ticks cover every key again
         for key, (source, ratio) in totals.ratios.items():
@@ -71,6 +81,10 @@ def fold(
                 ratios[key] = (source, ratio)
     for key, (_, ratio) in ratios.items():
         gauges[key] = ratio
+    # The SOL of the pipe ratios shown, so that it is never older or newer than they are.
+    shown_sol = max((gauges[key] for key in COMPUTE_SOL_PIPES if key in gauges), default=None)
+    if shown_sol is not None:
+        gauges[COMPUTE_SOL] = shown_sol
     device_totals.update(increments)
     instance_totals, instances = fold_instances(totals.instances, readings, choice.admits)
     delivered = choice.delivered(readings)

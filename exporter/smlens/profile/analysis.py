@@ -4,27 +4,42 @@ Pure numpy on a :class:`~smlens.profile.recording.Recording`; no CUPTI. Definiti
 
 * a sample's *busy* share is the part of its time a kernel ran (GR engine active); busy time is the sum of
   busy share x sample length, the sub-millisecond version of what NVML "utilization" counts;
-* each sample is judged by the rule of the exporter's verdict and its GPUBusyButSMUnderused alert
-  (thresholds.yaml), applied to the sample instead of a window: *idle* when kernels ran less than
-  ``idle_utilization`` of it; *hollow* when they ran at least ``busy_utilization`` of it and SM active is
-  at most ``hollow_sm_active``; *partial* when they ran only part of it (gaps between kernels: launch- or
-  sync-bound); else *working*;
+* each sample is judged by the exporter's verdict (:func:`smlens.verdicts.judge.judge`, thresholds.yaml)
+  applied to the sample instead of a window, with its busy share as the utilization and its busiest compute
+  pipe as the compute speed of light: *idle*, *hollow*, *memory_bound*, *compute_bound*, *stalled* (SMs
+  active, but neither DRAM nor a pipe near its peak) or *partial* (kernels on part of the SMs part of the
+  time: gaps between kernels, launch- or sync-bound); *unknown* where the verdict needs a pipe the
+  recording lacks (one made before the pipe counters were recorded: only tensor is there);
 * the hollow share is the busy time of hollow samples over all busy time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from smlens.profile.counters import RATIOS, ratio
+from smlens import names as n
+from smlens.profile.counters import PIPE_OF, PIPE_RATIOS, RATIOS, ratio
 from smlens.profile.recording import Recording
+from smlens.verdicts.judge import Means, judge
 from smlens.verdicts.thresholds import Thresholds
 
-IDLE, PARTIAL, HOLLOW, WORKING = 0, 1, 2, 3
-CLASS_NAMES = ("idle", "partial", "hollow", "working")
+IDLE, PARTIAL, HOLLOW, STALLED, MEMORY_BOUND, COMPUTE_BOUND, UNKNOWN = range(7)
+CLASS_NAMES = (
+    n.VERDICT_IDLE,
+    n.VERDICT_PARTIAL,
+    n.VERDICT_HOLLOW,
+    n.VERDICT_STALLED,
+    n.VERDICT_MEMORY_BOUND,
+    n.VERDICT_COMPUTE_BOUND,
+    n.VERDICT_UNKNOWN,
+)
+# verdict code -> class; a sample's memory is never known, so it is never "idle, memory held"
+_CLASS_OF = {code: i for i, code in enumerate(CLASS_NAMES)}
 MIN_REPEATS = 3  # a step period is reported only when the capture holds at least this many steps
 MIN_STRENGTH = 0.5  # autocorrelation at the period, at least
 MIN_PERIOD_SAMPLES = 4
@@ -41,32 +56,101 @@ class Series:
     occupancy: np.ndarray
     tensor: np.ndarray
     dram: np.ndarray
+    # the other compute pipes the recording holds, by PIPE_RATIOS key (none in a recording made before them)
+    pipes: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.start_ns)
 
     def ratio(self, key: str) -> np.ndarray:
-        return np.asarray(getattr(self, key))
+        return np.asarray(self.pipes[key] if key in self.pipes else getattr(self, key))
+
+    def ratio_keys(self) -> tuple[str, ...]:
+        """The keys of every ratio it holds."""
+        return (*(r.key for r in RATIOS), *self.pipes)
+
+    def map(self, f: Callable[[np.ndarray], np.ndarray]) -> Series:
+        """Every per-sample array, ``start_ns`` and ``seconds`` too, through ``f``."""
+        plain = {k.name: f(getattr(self, k.name)) for k in dataclasses.fields(self) if k.name != "pipes"}
+        return Series(**plain, pipes={k: f(v) for k, v in self.pipes.items()})
 
 
 def series(recording: Recording) -> Series:
     columns = {counter: recording.column(counter) for counter in recording.counters}
     values = {r.key: ratio(r, columns, recording.peaks) for r in RATIOS}
+    pipes = {
+        r.key: ratio(r, columns, recording.peaks)
+        for r in PIPE_RATIOS
+        if r.counter in columns and r.counter in recording.peaks
+    }
     return Series(
         start_ns=np.asarray(recording.start_ns, dtype=np.int64),
         seconds=(np.asarray(recording.end_ns) - np.asarray(recording.start_ns)) / 1e9,
+        pipes=pipes,
         **values,
     )
 
 
+def pipe_activity(s: Series) -> dict[str, np.ndarray]:
+    """Each compute pipe's activity per sample, by the verdict's pipe key (names.COMPUTE_SOL_PIPES)."""
+    return {PIPE_OF["tensor"]: s.tensor, **{PIPE_OF[k]: v for k, v in s.pipes.items()}}
+
+
+def compute_sol(s: Series, t: Thresholds) -> np.ndarray:
+    """Each sample's compute speed of light: its busiest pipe. Where the recording lacks some pipe, a busy
+    pipe still makes the sample compute-bound, but a low one proves nothing: NaN there (unknown)."""
+    pipes = pipe_activity(s)
+    sol = np.max(np.stack(list(pipes.values())), axis=0) if len(s) else np.zeros(0)
+    if set(s.pipes) != {r.key for r in PIPE_RATIOS}:
+        sol = np.where(sol >= t.compute_bound_pipe, sol, np.nan)
+    return np.asarray(sol, dtype=np.float64)
+
+
 def classify(s: Series, t: Thresholds) -> np.ndarray:
-    """Each sample's class, by the verdict's rule (:func:`smlens.verdicts.judge.judge`), with busy as its
-    utilization."""
-    classes = np.full(len(s), WORKING, dtype=np.int8)
-    classes[(s.busy >= t.busy_utilization) & (s.sm_active <= t.hollow_sm_active)] = HOLLOW
-    classes[s.busy < t.busy_utilization] = PARTIAL
-    classes[s.busy < t.idle_utilization] = IDLE
-    return classes
+    """Each sample's class: the exporter's verdict (:func:`smlens.verdicts.judge.judge`) on the sample, with
+    busy as its utilization and its busiest pipe as its compute speed of light.
+
+    The verdict compares each ratio with thresholds and nothing else, so samples whose ratios fall on the
+    same side of every threshold get the same verdict: it is asked once for each such group, on the group's
+    first sample, rather than once per sample (a 600 s capture holds millions)."""
+    if len(s) == 0:
+        return np.zeros(0, dtype=np.int8)
+    sol = compute_sol(s, t)
+    values = (s.busy, s.sm_active, s.occupancy, s.dram, sol)
+    edges = np.array(sorted({v for v in dataclasses.asdict(t).values() if type(v) in (int, float)}))
+    keys = np.stack([_side(np.asarray(v, dtype=np.float64), edges) for v in values], axis=1)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    pipes = pipe_activity(s)
+    verdicts = np.array(
+        [
+            _CLASS_OF.get(
+                judge(
+                    t,
+                    Means(
+                        float(s.busy[i]),
+                        float(s.sm_active[i]),
+                        float(s.occupancy[i]),
+                        float(s.dram[i]),
+                        None if np.isnan(sol[i]) else float(sol[i]),
+                        {k: float(v[i]) for k, v in pipes.items()},
+                        False,
+                    ),
+                ).code,
+                UNKNOWN,
+            )
+            for i in first
+        ],
+        dtype=np.int8,
+    )
+    return verdicts[np.asarray(inverse).reshape(-1)]
+
+
+def _side(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Where each value lies among the sorted ``edges``: 2k below edge k (and above edge k-1), 2k+1 on it;
+    -1 for NaN."""
+    index = np.searchsorted(edges, values, side="left")
+    on = (index < len(edges)) & (edges[np.minimum(index, len(edges) - 1)] == values)
+    return np.where(np.isnan(values), -1, 2 * index + on)
 
 
 def hollow_share(s: Series, t: Thresholds) -> float | None:
@@ -169,6 +253,8 @@ class Stretch:
     seconds: float
     sm_active: float  # mean over the stretch
     tensor: float
+    dram: float
+    pipe: str | None  # compute-bound: its busiest pipe over the stretch (names.SOL_PIPE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -178,14 +264,21 @@ class StepBreakdown:
     idle_s: float
     partial_s: float
     hollow_s: float
-    working_s: float
+    stalled_s: float
+    memory_bound_s: float
+    compute_bound_s: float
+    unknown_s: float
     stretches: tuple[Stretch, ...]
+
+    def seconds(self, kind: str) -> float:
+        """The time of one class (CLASS_NAMES) in the typical step."""
+        return float(getattr(self, f"{kind}_s"))
 
 
 def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
     """The typical step: the position-wise median of every whole step, cut at its longest quiet moment."""
     p = max(1, round(period.samples))
-    grids = {key: _grid(s, s.ratio(key)) for key in ("busy", "sm_active", "tensor")}
+    grids = {key: _grid(s, s.ratio(key)) for key in s.ratio_keys()}
     steps = len(grids["busy"]) // p
     with warnings.catch_warnings():  # a position no step has a sample for: NaN, read as idle below
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -196,14 +289,12 @@ def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
     dt = float(np.median(s.seconds))
     start = int(np.argmin(np.convolve(fold["busy"] + fold["sm_active"], np.ones(3) / 3, mode="same")))
     # start the step where its longest idle stretch ends (or at its quietest sample when none is idle)
+    rolled = {key: np.roll(fold[key], -start) for key in s.ratio_keys()}
     profile = Series(
         start_ns=np.arange(p, dtype=np.int64),
         seconds=np.full(p, dt),
-        busy=np.roll(fold["busy"], -start),
-        sm_active=np.roll(fold["sm_active"], -start),
-        occupancy=np.zeros(p),
-        tensor=np.roll(fold["tensor"], -start),
-        dram=np.zeros(p),
+        pipes={key: rolled[key] for key in s.pipes},
+        **{r.key: rolled[r.key] for r in RATIOS},
     )
     classes = classify(profile, t)
     runs = _runs(classes)
@@ -211,22 +302,29 @@ def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
     if idle_runs:
         _, first, length = max(idle_runs, key=lambda r: r[2])
         shift = (first + length) % p
-        profile = Series(**{k: np.roll(getattr(profile, k), -shift) for k in Series.__dataclass_fields__})
+        profile = profile.map(lambda values: np.roll(values, -shift))
         classes = np.roll(classes, -shift)
         runs = _runs(classes)
-    stretches = tuple(
-        Stretch(
+    pipes = pipe_activity(profile)
+
+    def stretch(kind: int, first: int, length: int) -> Stretch:
+        part = slice(first, first + length)
+        means = {key: float(values[part].mean()) for key, values in pipes.items()}
+        busiest = max(means, key=means.__getitem__)
+        return Stretch(
             CLASS_NAMES[kind],
             first * dt,
             length * dt,
-            float(profile.sm_active[first : first + length].mean()),
-            float(profile.tensor[first : first + length].mean()),
+            float(profile.sm_active[part].mean()),
+            float(profile.tensor[part].mean()),
+            float(profile.dram[part].mean()),
+            n.SOL_PIPE_NAMES[busiest] if kind == COMPUTE_BOUND else None,
         )
-        for kind, first, length in runs
-    )
+
+    stretches = tuple(stretch(*run) for run in runs)
     seconds = {name: sum(x.seconds for x in stretches if x.kind == name) for name in CLASS_NAMES}
     return StepBreakdown(
-        p * dt, steps, seconds["idle"], seconds["partial"], seconds["hollow"], seconds["working"], stretches
+        p * dt, steps, **{f"{name}_s": seconds[name] for name in CLASS_NAMES}, stretches=stretches
     )
 
 

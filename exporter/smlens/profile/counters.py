@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smlens import names as n
+
 CUPTI_SM_ACTIVE = "sm__cycles_active.avg"
 CUPTI_SM_ELAPSED = "sm__cycles_elapsed.avg"
 CUPTI_WARPS_ACTIVE = "sm__warps_active.avg"
@@ -22,8 +24,17 @@ CUPTI_DRAM_BYTES = "dram__bytes.sum"
 CUPTI_DRAM_ELAPSED = "dram__cycles_elapsed.avg"
 CUPTI_GR_ACTIVE = "gr__cycles_active.avg"
 CUPTI_GR_ELAPSED = "gr__cycles_elapsed.avg"
+# The compute pipes besides tensor that PM sampling offers on Hopper (``ncu --query-metrics-collection
+# pmsampling --chip gh100`` lists them; it lists no sm__pipe_fp32 or sm__pipe_fp16 cycles): the FMA pipes
+# (FP32 FFMA/FMUL/FADD, and the FP16 and IMAD work they also run), the FP64 pipe and the ALU (integer and
+# logic, FP32 compares).
+CUPTI_FMA_ACTIVE = "sm__pipe_fma_cycles_active.avg"
+CUPTI_FP64_ACTIVE = "sm__pipe_fp64_cycles_active.avg"
+CUPTI_ALU_ACTIVE = "sm__pipe_alu_cycles_active.avg"
+PIPE_COUNTERS = (CUPTI_FMA_ACTIVE, CUPTI_FP64_ACTIVE, CUPTI_ALU_ACTIVE)
 
-COUNTERS = (
+# What every recording holds; a recording made before the pipe counters were asked for lacks those alone.
+REQUIRED = (
     CUPTI_SM_ACTIVE,
     CUPTI_SM_ELAPSED,
     CUPTI_WARPS_ACTIVE,
@@ -33,10 +44,18 @@ COUNTERS = (
     CUPTI_GR_ACTIVE,
     CUPTI_GR_ELAPSED,
 )
+COUNTERS = (*REQUIRED, *PIPE_COUNTERS)  # what a capture asks CUPTI for
 # counter -> the sub-metric whose value is the counter's peak per elapsed cycle
 PEAK_OF = {
     name: f"{name}.peak_sustained"
-    for name in (CUPTI_SM_ACTIVE, CUPTI_WARPS_ACTIVE, CUPTI_TENSOR_ACTIVE, CUPTI_DRAM_BYTES, CUPTI_GR_ACTIVE)
+    for name in (
+        CUPTI_SM_ACTIVE,
+        CUPTI_WARPS_ACTIVE,
+        CUPTI_TENSOR_ACTIVE,
+        CUPTI_DRAM_BYTES,
+        CUPTI_GR_ACTIVE,
+        *PIPE_COUNTERS,
+    )
 }
 
 
@@ -59,6 +78,15 @@ RATIOS = (
     Ratio("tensor", "tensor pipes active", CUPTI_TENSOR_ACTIVE, CUPTI_SM_ELAPSED),
     Ratio("dram", "DRAM bandwidth used", CUPTI_DRAM_BYTES, CUPTI_DRAM_ELAPSED),
 )
+# Each compute pipe's activity, by the key of smlens' reading of the same pipe (names.COMPUTE_SOL_PIPES):
+# the verdict's compute speed of light is the busiest of them. FP16 has no cycles counter of its own here:
+# its work shows on the FMA pipes.
+PIPE_RATIOS = (
+    Ratio(n.FP32_ACTIVE, "FP32 (FMA) pipes active", CUPTI_FMA_ACTIVE, CUPTI_SM_ELAPSED),
+    Ratio(n.FP64_ACTIVE, "FP64 pipe active", CUPTI_FP64_ACTIVE, CUPTI_SM_ELAPSED),
+    Ratio(n.INTEGER_ACTIVE, "integer (ALU) pipe active", CUPTI_ALU_ACTIVE, CUPTI_SM_ELAPSED),
+)
+PIPE_OF = {"tensor": n.TENSOR_ACTIVE, **{r.key: r.key for r in PIPE_RATIOS}}  # series key -> pipe key
 KEYS = tuple(r.key for r in RATIOS)
 
 

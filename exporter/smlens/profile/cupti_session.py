@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from smlens.profile.counters import COUNTERS, PEAK_OF
+from smlens.profile.counters import COUNTERS, PEAK_OF, REQUIRED
 from smlens.profile.errors import ProfileError
 from smlens.profile.evaluator import ImagePipeline, SharedImage, peak_rss_kib, prepare
 from smlens.profile.recording import Recording
@@ -134,6 +134,8 @@ class Session:
         self._buffer = hardware_buffer_bytes
         self._keep_latest = keep_latest
         self._sampling = False  # between a successful start and stop
+        self._counters: tuple[str, ...] = COUNTERS  # REQUIRED alone where PM sampling refuses the pipes
+        self._pipes_refused: str | None = None  # why, then
 
     def __enter__(self) -> Session:
         from smlens.profile.cuda import retain_primary_context
@@ -151,13 +153,11 @@ class Session:
             raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
         self._collector = collector
         try:
-            mode = self._pm.HardwareBufferAppendMode
-            collector.configure(
-                metrics=[*COUNTERS, *PEAK_OF.values()],
-                hardware_buffer_size=self._buffer,
-                sampling_interval=self.interval_ns,
-                hw_buffer_append_mode=mode.KEEP_LATEST if self._keep_latest else mode.KEEP_OLDEST,
-            )
+            try:
+                self._configure(collector)
+            except ValueError as exc:  # PM sampling refuses the set: try again without the pipe counters
+                self._counters, self._pipes_refused = REQUIRED, str(exc)
+                self._configure(collector)
             image_bytes = self._image_bytes()
         except cu.cuptiError as exc:
             self.close()
@@ -170,12 +170,24 @@ class Session:
                 image_bytes,
                 self._initialize_image,
                 prepare,
-                (collector._chip_name, COUNTERS, tuple(PEAK_OF.values())),
+                (collector._chip_name, self._counters, self._peak_names()),
             )
         except BaseException:
             self.close()
             raise
         return self
+
+    def _peak_names(self) -> tuple[str, ...]:
+        return tuple(PEAK_OF[c] for c in PEAK_OF if c in self._counters)
+
+    def _configure(self, collector: Any) -> None:
+        mode = self._pm.HardwareBufferAppendMode
+        collector.configure(
+            metrics=[*self._counters, *self._peak_names()],
+            hardware_buffer_size=self._buffer,
+            sampling_interval=self.interval_ns,
+            hw_buffer_append_mode=mode.KEEP_LATEST if self._keep_latest else mode.KEEP_OLDEST,
+        )
 
     def _no_permission(self) -> str:
         return (
@@ -349,9 +361,11 @@ class Session:
         """The capture, once the worker has evaluated every image (call after ``stop``)."""
         assert self._pipeline is not None
         evaluated = self._pipeline.results()
-        values = np.concatenate([e.values for e in evaluated]) if evaluated else np.empty((0, len(COUNTERS)))
+        counters = self._counters
+        values = np.concatenate([e.values for e in evaluated]) if evaluated else np.empty((0, len(counters)))
         first = next((e.peaks for e in evaluated if e.peaks is not None), None)
-        peaks = {} if first is None else {c: float(v) for c, v in zip(PEAK_OF, first, strict=True)}
+        peaked = [c for c in PEAK_OF if c in counters]
+        peaks = {} if first is None else {c: float(v) for c, v in zip(peaked, first, strict=True)}
         stamps = np.concatenate(self._stamps) if self._stamps else np.empty((0, 2), dtype=np.int64)
         settled = settle(stamps, self.interval_ns)
         stamps, values = stamps[settled.keep], values[settled.keep]
@@ -360,7 +374,7 @@ class Session:
             gpu={"index": self.gpu.index, "uuid": self.gpu.uuid, "name": self.gpu.name},
             chip=str(self._collector._chip_name if self._collector else ""),
             interval_ns=self.interval_ns,
-            counters=list(COUNTERS),
+            counters=list(counters),
             peaks=peaks,
             start_ns=stamps[:, 0],
             end_ns=stamps[:, 1],
@@ -384,6 +398,8 @@ class Session:
                 "start_inferred": settled.start_inferred,
                 "timestamps_filled": settled.timestamps_filled,
                 "dropped_untimed": settled.dropped_untimed,
+                # PM sampling refused the pipe counters (why): the classes need them (docs/profile.md)
+                **({"pipes_refused": self._pipes_refused} if self._pipes_refused else {}),
             },
         )
 

@@ -7,6 +7,7 @@ analysis can be re-run on any capture without a GPU. No CUPTI here.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,9 +18,15 @@ from typing import Any
 import numpy as np
 
 from smlens.errors import SmlensError
-from smlens.profile.counters import COUNTERS, PEAK_OF
+from smlens.files import read_bounded
+from smlens.profile.counters import PEAK_OF, REQUIRED
 
 FORMAT = "smlens-profile/1"
+# Room for the --json file of the longest capture (600 s at 10 kHz: six million samples of ten numbers),
+# compressed or not; a larger file is no recording (/dev/zero, a log given by mistake) and gets one
+# sentence instead of filling the memory.
+MAX_BYTES = 2 << 30
+WHAT = "profile recording"
 
 
 class RecordingError(SmlensError):
@@ -66,8 +73,8 @@ class Recording:
             if data.get("format") != FORMAT:
                 raise RecordingError(f"not a smlens profile recording (format {data.get('format')!r})")
             counters = [str(c) for c in data["counters"]]
-            missing = [c for c in COUNTERS if c not in counters] + [
-                c for c in PEAK_OF if c not in data["peaks"]
+            missing = [c for c in REQUIRED if c not in counters] + [
+                c for c in PEAK_OF if (c in REQUIRED or c in counters) and c not in data["peaks"]
             ]
             if missing:
                 raise RecordingError(f"the recording lacks {', '.join(missing)}")
@@ -100,9 +107,16 @@ class Recording:
 
     @staticmethod
     def load(path: Path) -> Recording:
+        raw = read_bounded(path, WHAT, MAX_BYTES)
         try:
-            with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
-                data = json.load(f)
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+                    raw = f.read(MAX_BYTES + 1)
+                if len(raw) > MAX_BYTES:
+                    raise RecordingError(
+                        f"{WHAT} {path} holds more than {MAX_BYTES >> 20} MiB once decompressed"
+                    )
+            data = json.loads(raw)
         except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RecordingError(f"cannot read {path}: {exc}") from None
         return Recording.from_json(data.get("capture", data) if isinstance(data, dict) else data)

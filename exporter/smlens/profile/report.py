@@ -11,8 +11,9 @@ import numpy as np
 
 from smlens.formatting import percent
 from smlens.profile import analysis
-from smlens.profile.counters import RATIOS
+from smlens.profile.counters import PIPE_RATIOS, RATIOS
 from smlens.profile.recording import Recording
+from smlens.profile.summary import step_times
 
 MAX_POINTS = 100_000  # per series; longer captures are averaged into this many buckets
 COLOURS = {
@@ -21,8 +22,29 @@ COLOURS = {
     "occupancy": "#2ca02c",
     "tensor": "#d62728",
     "dram": "#9467bd",
+    "fp32_active": "#8c564b",
+    "fp64_active": "#e377c2",
+    "integer_active": "#17becf",
 }
-KIND_COLOURS = {"working": "#1f77b4", "hollow": "#ff7f0e", "partial": "#bcbd22", "idle": "#cccccc"}
+KIND_COLOURS = {
+    "compute_bound": "#d62728",
+    "memory_bound": "#9467bd",
+    "stalled": "#1f77b4",
+    "hollow": "#ff7f0e",
+    "partial": "#bcbd22",
+    "idle": "#cccccc",
+    "unknown": "#7f7f7f",
+}
+# what each class of the typical step means, for the legend under it
+KIND_TEXT = {
+    "compute_bound": "a compute pipe near its peak",
+    "memory_bound": "DRAM bandwidth near its peak",
+    "stalled": "SMs active, neither a pipe nor DRAM near its peak",
+    "hollow": "busy, SMs mostly idle",
+    "partial": "kernels part of the time on part of the SMs",
+    "idle": "no kernels",
+    "unknown": "a pipe this recording lacks would decide",
+}
 
 
 def timeline_data(recording: Recording) -> dict[str, Any]:
@@ -38,10 +60,11 @@ def timeline_data(recording: Recording) -> dict[str, Any]:
 
     t0 = int(s.start_ns[0]) if n else 0
     times = (s.start_ns - t0) / 1e6
+    ratios = [r for r in (*RATIOS, *PIPE_RATIOS) if r.key in s.ratio_keys()]
     return {
         "t_ms": squeeze(times.astype(np.float64)),
-        "series": {r.key: squeeze(s.ratio(r.key)) for r in RATIOS},
-        "titles": {r.key: r.title for r in RATIOS},
+        "series": {r.key: squeeze(s.ratio(r.key)) for r in ratios},
+        "titles": {r.key: r.title for r in ratios},
         "colours": COLOURS,
         "bucket": step,
         # a longer step between two points is a hole (samples lost): the line breaks there
@@ -59,7 +82,7 @@ def _histogram_svg(bins: list[dict[str, float]], threshold: float) -> str:
     ]
     for i, b in enumerate(bins):
         h = (height - pad) * b["share_of_busy"] / top
-        colour = KIND_COLOURS["hollow"] if b["high"] <= threshold + 1e-9 else KIND_COLOURS["working"]
+        colour = KIND_COLOURS["hollow"] if b["high"] <= threshold + 1e-9 else KIND_COLOURS["stalled"]
         x = pad + i * bar
         parts.append(
             f'<rect x="{x:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" fill="{colour}">'
@@ -90,14 +113,34 @@ def _step_svg(step: dict[str, Any]) -> str:
         w = max(0.5, width * x["seconds"] / period)
         parts.append(
             f'<rect x="{left:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{KIND_COLOURS[x["kind"]]}">'
-            f"<title>{x['kind']} {1e3 * x['seconds']:.2f} ms from {1e3 * x['start_s']:.2f} ms, "
-            f"SM active {100 * x['sm_active']:.0f} %, tensor {100 * x['tensor']:.0f} %</title></rect>"
+            f"<title>{_kind(x)} {1e3 * x['seconds']:.2f} ms from {1e3 * x['start_s']:.2f} ms, "
+            f"SM active {100 * x['sm_active']:.0f} %, tensor {100 * x['tensor']:.0f} %, "
+            f"DRAM {100 * x['dram']:.0f} %</title></rect>"
         )
     parts.append(f'<text x="0" y="{height + 15}" font-size="11">0 ms</text>')
     parts.append(
         f'<text x="{width}" y="{height + 15}" font-size="11" text-anchor="end">{1e3 * period:.2f} ms</text>'
     )
-    return "".join(parts) + "</svg>"
+    return "".join(parts) + "</svg>" + _legend(b)
+
+
+def _kind(stretch: dict[str, Any]) -> str:
+    """A stretch's class, with the busiest pipe of a compute-bound one: ``compute_bound (tensor)``."""
+    return str(stretch["kind"]) + (f" ({stretch['pipe']})" if stretch.get("pipe") else "")
+
+
+def _legend(b: dict[str, Any]) -> str:
+    """One swatch per class that the step holds, with what it means."""
+    present = [kind for kind in KIND_COLOURS if any(x["kind"] == kind for x in b["stretches"])]
+    return (
+        '<p class="legend">'
+        + " ".join(
+            f'<span><i style="background:{KIND_COLOURS[kind]}"></i> {kind}: '
+            f"{html.escape(KIND_TEXT[kind])}</span>"
+            for kind in present
+        )
+        + "</p>"
+    )
 
 
 _SCRIPT = """
@@ -156,13 +199,14 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
     gpu = summary["gpu"]
     title = f"smlens profile: GPU {gpu.get('index', '?')} {gpu.get('name', '')}"
     means = summary["means"]
+    shown = [r for r in (*RATIOS, *PIPE_RATIOS) if r.key in means]
     rows = "".join(
-        f"<tr><td>{html.escape(r.title)}</td><td>{percent(means[r.key], sep=' ')}</td></tr>" for r in RATIOS
+        f"<tr><td>{html.escape(r.title)}</td><td>{percent(means[r.key], sep=' ')}</td></tr>" for r in shown
     )
     toggles = "".join(
         f'<label style="color:{COLOURS[r.key]}"><input type="checkbox" id="show-{r.key}" checked> '
         f"{html.escape(r.title)}</label> "
-        for r in RATIOS
+        for r in shown
     )
     step = summary["step"]
     if step is None:
@@ -172,17 +216,17 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
     else:
         b = step["breakdown"]
         items = "".join(
-            f"<tr><td>{x['kind']}</td><td>{1e3 * x['start_s']:.2f}</td><td>{1e3 * x['seconds']:.2f}</td>"
-            f"<td>{percent(x['sm_active'], sep=' ')}</td><td>{percent(x['tensor'], sep=' ')}</td></tr>"
+            f"<tr><td>{_kind(x)}</td><td>{1e3 * x['start_s']:.2f}</td><td>{1e3 * x['seconds']:.2f}</td>"
+            f"<td>{percent(x['sm_active'], sep=' ')}</td><td>{percent(x['tensor'], sep=' ')}</td>"
+            f"<td>{percent(x['dram'], sep=' ')}</td></tr>"
             for x in b["stretches"]
         )
         step_html = (
             f"<p>Step period <b>{1e3 * step['seconds']:.2f} ms</b> ({step['repeats']} steps in the capture, "
             f"autocorrelation {step['strength']:.2f}). A typical step (position-wise median of "
-            f"{b['steps']} steps): working {1e3 * b['working_s']:.2f} ms, "
-            f"hollow {1e3 * b['hollow_s']:.2f} ms, partial {1e3 * b['partial_s']:.2f} ms, "
-            f"idle {1e3 * b['idle_s']:.2f} ms.</p>{_step_svg(step)}"
-            "<table><tr><th>stretch</th><th>from ms</th><th>ms</th><th>SM active</th><th>tensor</th></tr>"
+            f"{b['steps']} steps): {step_times(b)}.</p>{_step_svg(step)}"
+            "<table><tr><th>stretch</th><th>from ms</th><th>ms</th><th>SM active</th><th>tensor</th>"
+            "<th>DRAM</th></tr>"
             f"{items}</table>"
         )
     histogram = _histogram_svg(summary["sm_activity_of_busy_time"], summary["hollow_threshold"])
@@ -190,7 +234,9 @@ def render_html(recording: Recording, summary: dict[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em;max-width:1100px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
-canvas{{border:1px solid #ccc;width:100%;cursor:grab}}</style></head><body>
+canvas{{border:1px solid #ccc;width:100%;cursor:grab}}
+.legend span{{margin-right:1em;white-space:nowrap}}
+.legend i{{display:inline-block;width:0.9em;height:0.9em;vertical-align:middle}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>{summary["samples"]} PM samples every {summary["interval_us"]:g} us over {summary["span_s"]:.2f} s,
 UUID {html.escape(str(gpu.get("uuid", "")))}, chip {html.escape(summary["chip"])}.

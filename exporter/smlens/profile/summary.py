@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from smlens import names as n
 from smlens.formatting import percent
 from smlens.profile import analysis
-from smlens.profile.counters import RATIOS
+from smlens.profile.counters import PIPE_RATIOS
 from smlens.profile.recording import Recording
 from smlens.verdicts.thresholds import Thresholds
 
@@ -18,7 +19,8 @@ def summarize(recording: Recording, t: Thresholds) -> dict[str, Any]:
     s = analysis.series(recording)
     seconds = float(s.seconds.sum())
     means = {
-        r.key: (float(np.average(s.ratio(r.key), weights=s.seconds)) if seconds > 0 else None) for r in RATIOS
+        key: (float(np.average(s.ratio(key), weights=s.seconds)) if seconds > 0 else None)
+        for key in s.ratio_keys()
     }
     period = analysis.step_period(s)
     step: dict[str, Any] | None = None
@@ -46,6 +48,10 @@ def summarize(recording: Recording, t: Thresholds) -> dict[str, Any]:
     }
 
 
+# the pipe ratios' titles, short enough for the summary's column of labels
+_SHORT = {n.FP32_ACTIVE: "FP32 (FMA) pipes", n.FP64_ACTIVE: "FP64 pipe", n.INTEGER_ACTIVE: "integer (ALU)"}
+
+
 def _rule(summary: dict[str, Any]) -> str:
     return f"samples busy >= {summary['busy_threshold']:g} with SM active <= {summary['hollow_threshold']:g}"
 
@@ -65,6 +71,7 @@ def render_text(summary: dict[str, Any]) -> str:
         f"  SM occupancy     {column(means['occupancy'])}",
         f"  tensor pipes     {column(means['tensor'])}",
         f"  DRAM bandwidth   {column(means['dram'])}",
+        *(f"  {_SHORT[r.key]:<16} {column(means[r.key])}" for r in PIPE_RATIOS if r.key in means),
         f"  hollow share of busy time {column(summary['hollow_share_of_busy'])}   ({_rule(summary)})",
     ]
     step = summary["step"]
@@ -74,8 +81,27 @@ def render_text(summary: dict[str, Any]) -> str:
         b = step["breakdown"]
         lines.append(
             f"  step period {1e3 * step['seconds']:.2f} ms ({step['repeats']} steps, autocorrelation "
-            f"{step['strength']:.2f}): working {1e3 * b['working_s']:.2f} ms, "
-            f"hollow {1e3 * b['hollow_s']:.2f} ms, partial {1e3 * b['partial_s']:.2f} ms, "
-            f"idle {1e3 * b['idle_s']:.2f} ms"
+            f"{step['strength']:.2f}): {step_times(b)}"
         )
     return "\n".join(lines)
+
+
+# The classes of a typical step in the order the summary names them; unknown only when some time is.
+STEP_ORDER = (
+    analysis.CLASS_NAMES[analysis.COMPUTE_BOUND],
+    analysis.CLASS_NAMES[analysis.MEMORY_BOUND],
+    analysis.CLASS_NAMES[analysis.STALLED],
+    analysis.CLASS_NAMES[analysis.HOLLOW],
+    analysis.CLASS_NAMES[analysis.PARTIAL],
+    analysis.CLASS_NAMES[analysis.IDLE],
+    analysis.CLASS_NAMES[analysis.UNKNOWN],
+)
+
+
+def step_times(breakdown: dict[str, Any]) -> str:
+    """``compute-bound 12.00 ms, memory-bound ...`` for a breakdown as ``asdict`` gives it."""
+    return ", ".join(
+        f"{kind.replace('_', '-')} {1e3 * breakdown[f'{kind}_s']:.2f} ms"
+        for kind in STEP_ORDER
+        if kind != analysis.CLASS_NAMES[analysis.UNKNOWN] or breakdown[f"{kind}_s"] > 0
+    )

@@ -40,24 +40,29 @@ SIM_MIG_PROFILES: Mapping[str, tuple[int, int]] = {
 
 @dataclass(frozen=True)
 class Profile:
-    """A steady state of one simulated GPU. Ratios are 0..1."""
+    """A steady state of one simulated GPU. Ratios are 0..1, named as the activity keys they give."""
 
     utilization: float
     sm_active: float
     sm_occupancy: float
     tensor_active: float = 0.0
     hmma_active: float = 0.0
+    imma_active: float = 0.0
+    dfma_active: float = 0.0
+    dmma_active: float = 0.0
     dram_active: float = 0.0
     fp64_active: float = 0.0
     fp32_active: float = 0.0
     fp16_active: float = 0.0
+    integer_active: float = 0.0
     memory_used_ratio: float = 0.0
     pcie_bytes_per_second: float = 0.0
     nvlink_bytes_per_second: float = 0.0
 
 
 PROFILES: Mapping[str, Profile] = {
-    # Measured shapes on an H200 (../shared/reference/h200-gpm-probe.md) guided these values.
+    # Measured shapes on an H200 (../shared/reference/h200-gpm-probe.md; for the compute pipes,
+    # docs/backends-nvml-gpm.md) guided these values.
     "healthy": Profile(
         0.99,
         0.96,
@@ -66,6 +71,7 @@ PROFILES: Mapping[str, Profile] = {
         hmma_active=0.93,
         dram_active=0.17,
         fp32_active=0.05,
+        integer_active=0.013,
         memory_used_ratio=0.8,
         pcie_bytes_per_second=2e9,
         nvlink_bytes_per_second=50e9,
@@ -78,13 +84,27 @@ PROFILES: Mapping[str, Profile] = {
         hmma_active=0.02,
         dram_active=0.03,
         fp32_active=0.02,
+        integer_active=0.01,
         memory_used_ratio=0.5,
         pcie_bytes_per_second=1e8,
     ),
-    "single_sm": Profile(1.0, 1 / SIM_SM_COUNT, 1 / SIM_SM_COUNT / 64, memory_used_ratio=0.02),
-    "low_occupancy": Profile(0.99, 0.99, 0.016, fp32_active=0.3, memory_used_ratio=0.3),
+    "single_sm": Profile(
+        1.0,
+        1 / SIM_SM_COUNT,
+        1 / SIM_SM_COUNT / 64,
+        integer_active=0.0004,
+        memory_used_ratio=0.02,
+    ),
+    "low_occupancy": Profile(0.99, 0.99, 0.016, fp32_active=0.3, integer_active=0.05, memory_used_ratio=0.3),
     "memory_bound": Profile(
-        0.99, 0.99, 0.80, dram_active=0.88, fp32_active=0.1, memory_used_ratio=0.6, pcie_bytes_per_second=5e8
+        0.99,
+        0.99,
+        0.80,
+        dram_active=0.88,
+        fp32_active=0.1,
+        integer_active=0.08,
+        memory_used_ratio=0.6,
+        pcie_bytes_per_second=5e8,
     ),
     "launch_bound": Profile(
         0.31,
@@ -92,6 +112,7 @@ PROFILES: Mapping[str, Profile] = {
         0.017,
         tensor_active=0.0025,
         hmma_active=0.0025,
+        integer_active=0.002,
         memory_used_ratio=0.1,
         pcie_bytes_per_second=1e7,
     ),
@@ -342,17 +363,7 @@ class SimBackend(DeviceSource):
         last = self._last.get(gpu.index)
         self._last[gpu.index] = now
         dt = 0.0 if last is None else max(now - last, 0.0)
-        ratios = {
-            n.UTILIZATION: profile.utilization,
-            n.SM_ACTIVE: profile.sm_active,
-            n.SM_OCCUPANCY: profile.sm_occupancy,
-            n.TENSOR_ACTIVE: profile.tensor_active,
-            n.HMMA_ACTIVE: profile.hmma_active,
-            n.DRAM_ACTIVE: profile.dram_active,
-            n.FP64_ACTIVE: profile.fp64_active,
-            n.FP32_ACTIVE: profile.fp32_active,
-            n.FP16_ACTIVE: profile.fp16_active,
-        }
+        ratios = {key: getattr(profile, key) for key in n.ACTIVITIES}
         noisy = {key: self._noisy(rng, value) for key, value in ratios.items()}
         activity = {key: Activity.of(value, dt) for key, value in noisy.items()} if dt > 0 else {}
         if split:  # as NVML: no utilization for a GPU in MIG mode

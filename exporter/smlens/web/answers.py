@@ -21,15 +21,18 @@ class Profiling(BaseModel):
 class VerdictAnswer(BaseModel):
     code: str
     text: str
+    pipe: str | None  # compute_bound: the busiest compute pipe
 
 
 class InstanceAnswer(BaseModel):
-    """A MIG GPU instance; no verdict: NVML gives no utilization per instance."""
+    """A MIG GPU instance; its verdict stands its memory in use for the utilization NVML does not give."""
 
     gpu_instance: int
     mig_profile: str
     mig_uuids: list[str]
     sm_count: int | None
+    memory_held: bool
+    verdict: VerdictAnswer
     values: dict[str, float]
     missing: dict[str, str]
 
@@ -43,6 +46,7 @@ class GpuAnswer(BaseModel):
     up: bool
     profiling: Profiling
     verdict: VerdictAnswer | None
+    memory_held: bool  # a workload holds memory on it (more in use than a GPU without processes)
     values: dict[str, float]
     missing: dict[str, str]
     sources: list[str]
@@ -86,6 +90,7 @@ class HistoryAnswer(BaseModel):
     sequences: list[int]
     times: list[float]
     gpus: list[HistoryGpu]
+    reasons: dict[str, str]  # each absence reason of these GPUs and instances, in words
 
 
 class ProfilingState(BaseModel):

@@ -18,6 +18,7 @@ from smlens import names as n
 from smlens.exposition.live import SnapshotAge, live_registry, render_live
 from smlens.exposition.rendered import Publisher
 from smlens.model import GpuState
+from smlens.verdicts.judge import holds_memory, latest_instance
 from smlens.verdicts.judge import latest as verdict_of
 from smlens.verdicts.thresholds import Thresholds
 from smlens.web.answers import READ, ErrorAnswer, GpusAnswer
@@ -45,7 +46,6 @@ def accepts(header: str, token: str) -> bool:
 
 
 def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
-    verdict = verdict_of(thresholds, gpu)
     ident = gpu.identity
     return {
         "index": ident.index,
@@ -59,7 +59,8 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
             "source": gpu.profiling_source,
             "reason": gpu.profiling_reason,
         },
-        "verdict": None if verdict is None else {"code": verdict.code, "text": verdict.text},
+        "verdict": None if (verdict := verdict_of(thresholds, gpu)) is None else verdict.as_json(),
+        "memory_held": holds_memory(gpu.gauges.get(n.MEMORY_USED_BYTES)),
         "values": dict(gpu.gauges),
         "missing": dict(gpu.missing),
         "sources": list(gpu.sources),
@@ -69,6 +70,8 @@ def gpu_json(gpu: GpuState, thresholds: Thresholds) -> dict[str, Any]:
                 "mig_profile": i.instance.profile,
                 "mig_uuids": list(i.instance.mig_uuids),
                 "sm_count": i.instance.sm_count,
+                "memory_held": holds_memory(i.gauges.get(n.MEMORY_USED_BYTES)),
+                "verdict": latest_instance(thresholds, i).as_json(),
                 "values": dict(i.gauges),
                 "missing": dict(i.missing),
             }

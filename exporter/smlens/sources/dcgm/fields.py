@@ -17,7 +17,10 @@ from typing import Any
 from smlens import names as n
 
 # DCGM field ids, as DCGM_FI_PROF_* names them: the C ABI is stable, while the Python constant names
-# changed in DCGM 4.6, so smlens spells the numbers out.
+# changed in DCGM 4.6, so smlens spells the numbers out. IMMA and HMMA came in DCGM 2.4.5, DFMA and INT
+# in 3.0.4 (NVIDIA/DCGM dcgmlib/dcgm_fields.h): an older hostengine lists them in no metric group, so
+# they are not_supported there. DCGM maps DFMA and INT to GPM's DFMA_TENSOR_UTIL and INTEGER_UTIL
+# (dcgm_fields.cpp); it has no ratio field for GPM's DMMA_TENSOR_UTIL.
 FI_PROF_SM_ACTIVE = 1002
 FI_PROF_SM_OCCUPANCY = 1003
 FI_PROF_PIPE_TENSOR_ACTIVE = 1004
@@ -29,7 +32,10 @@ FI_PROF_PCIE_TX_BYTES = 1009
 FI_PROF_PCIE_RX_BYTES = 1010
 FI_PROF_NVLINK_TX_BYTES = 1011
 FI_PROF_NVLINK_RX_BYTES = 1012
+FI_PROF_PIPE_TENSOR_IMMA_ACTIVE = 1013
 FI_PROF_PIPE_TENSOR_HMMA_ACTIVE = 1014
+FI_PROF_PIPE_TENSOR_DFMA_ACTIVE = 1015
+FI_PROF_PIPE_INT_ACTIVE = 1016
 
 # Fields whose value is the fraction of DCGM's sample period a unit was active.
 RATIO_FIELDS: Mapping[int, str] = MappingProxyType(
@@ -41,7 +47,10 @@ RATIO_FIELDS: Mapping[int, str] = MappingProxyType(
         FI_PROF_PIPE_FP64_ACTIVE: n.FP64_ACTIVE,
         FI_PROF_PIPE_FP32_ACTIVE: n.FP32_ACTIVE,
         FI_PROF_PIPE_FP16_ACTIVE: n.FP16_ACTIVE,
+        FI_PROF_PIPE_TENSOR_IMMA_ACTIVE: n.IMMA_ACTIVE,
         FI_PROF_PIPE_TENSOR_HMMA_ACTIVE: n.HMMA_ACTIVE,
+        FI_PROF_PIPE_TENSOR_DFMA_ACTIVE: n.DFMA_ACTIVE,
+        FI_PROF_PIPE_INT_ACTIVE: n.INTEGER_ACTIVE,
     }
 )
 # Fields whose value is a rate in bytes per second.

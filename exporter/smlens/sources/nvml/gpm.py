@@ -1,5 +1,5 @@
-"""GPM backend: SM active, SM occupancy, tensor, DRAM and FP pipe activity, PCIe and NVLink traffic, from
-NVML GPM (GPU Performance Monitoring, Hopper and newer).
+"""GPM backend: SM active, SM occupancy, tensor, DRAM and every compute pipe's activity, PCIe and NVLink
+traffic, from NVML GPM (GPU Performance Monitoring, Hopper and newer).
 
 Each GPU owns two GPM samples. A read takes a new sample into the older one's place and asks NVML for the
 metrics between the previous sample and the new one, so consecutive reads cover consecutive intervals
@@ -28,12 +28,16 @@ from typing import Any
 from smlens.errors import BackendError
 from smlens.model import Activity, GpuIdentity, InstanceReading, MigInstance, Reading
 from smlens.names import (
+    DFMA_ACTIVE,
+    DMMA_ACTIVE,
     DRAM_ACTIVE,
     FP16_ACTIVE,
     FP32_ACTIVE,
     FP64_ACTIVE,
     HMMA_ACTIVE,
+    IMMA_ACTIVE,
     INSTANCE_ACTIVITIES,
+    INTEGER_ACTIVE,
     NVLINK_RX_BYTES,
     NVLINK_TX_BYTES,
     PCIE_RX_BYTES,
@@ -51,10 +55,14 @@ RATIO_METRICS = (  # Reading.activity key, GPM metric in percent
     (SM_OCCUPANCY, "NVML_GPM_METRIC_SM_OCCUPANCY"),
     (TENSOR_ACTIVE, "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
     (HMMA_ACTIVE, "NVML_GPM_METRIC_HMMA_TENSOR_UTIL"),
+    (IMMA_ACTIVE, "NVML_GPM_METRIC_IMMA_TENSOR_UTIL"),
+    (DFMA_ACTIVE, "NVML_GPM_METRIC_DFMA_TENSOR_UTIL"),
+    (DMMA_ACTIVE, "NVML_GPM_METRIC_DMMA_TENSOR_UTIL"),
     (DRAM_ACTIVE, "NVML_GPM_METRIC_DRAM_BW_UTIL"),
     (FP64_ACTIVE, "NVML_GPM_METRIC_FP64_UTIL"),
     (FP32_ACTIVE, "NVML_GPM_METRIC_FP32_UTIL"),
     (FP16_ACTIVE, "NVML_GPM_METRIC_FP16_UTIL"),
+    (INTEGER_ACTIVE, "NVML_GPM_METRIC_INTEGER_UTIL"),
 )
 TRAFFIC_METRICS = (  # Reading.increments key, GPM metric in MiB/s
     (PCIE_TX_BYTES, "NVML_GPM_METRIC_PCIE_TX_PER_SEC"),
