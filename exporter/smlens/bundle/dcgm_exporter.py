@@ -266,7 +266,7 @@ def rule_files(t: Thresholds) -> dict[str, str]:
                 "groups": [
                     {
                         "name": "smlens-dcgm-exporter",
-                        "interval": t.recording_interval,
+                        "interval": t.evaluation_interval,
                         "rules": dcgm_exporter_rules(t),
                     }
                 ]

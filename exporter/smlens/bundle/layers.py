@@ -46,9 +46,10 @@ NAMESPACE = Level("namespace", (n.NAMESPACE,), GPU)
 CLUSTER = Level("cluster", (), HOSTNAME, ALL_MEANS)
 FLEET = Level("fleet", (), CLUSTER, ALL_MEANS, clustered=False)
 AGGREGATES = (HOSTNAME, NAMESPACE, CLUSTER, FLEET)
-# Per pod, only the GPU-seconds a pod wastes (hollow, stalled): a ranking of every pod over a dashboard's
-# range reads one series per pod instead of one per GPU; the rest is a per-GPU sum away.
+# Per pod, only the GPU-seconds a pod wastes, hollow or stalled: a ranking of every pod over a dashboard's
+# range reads one series per pod instead of two per GPU; the rest is a per-GPU sum away.
 NAMESPACE_POD = Level("namespace_pod", (n.NAMESPACE, n.POD), GPU)
+WASTED = "gpu_busy_but_hollow_or_stalled_seconds"
 # Layers that count GPUs by state: the first counts per-GPU series, the others sum its counts.
 COUNTED_FROM_GPUS = CLUSTER
 COUNTED = (COUNTED_FROM_GPUS, FLEET)
@@ -121,6 +122,9 @@ def mean_expr(level: Level, mean: Mean, window: str, selector: str = "") -> str:
     if mean in level.ratios:
         return f"{mean_name(level, mean, window)}{selector}"
     numerator = summed(level, mean.numerator, window, selector)
+    if level is GPU and mean is COMPUTE_SOL:
+        # One GPU's SOL covers its profiled seconds: where it has none, the division has no series.
+        return f"({ratio(numerator, f'{sum_name(GPU, SM_ACTIVE_MEAN.denominator, window)}{selector}')})"
     return f"({ratio(numerator, summed(level, mean.denominator, window, selector))})"
 
 
@@ -133,6 +137,11 @@ def stalled_name(level: Level, window: str) -> str:
     """GPU-seconds per second spent busy and stalled: SMs active, neither a compute pipe nor DRAM near
     its speed of light (judged on the per-GPU window means)."""
     return sum_name(level, STALLED, window)
+
+
+def wasted_name(window: str) -> str:
+    """Per pod, GPU-seconds per second its GPUs spent busy but hollow or stalled."""
+    return sum_name(NAMESPACE_POD, WASTED, window)
 
 
 def hollow_name(level: Level, window: str) -> str:

@@ -31,6 +31,7 @@ from smlens.bundle.layers import (
     sum_name,
     summed,
     unprofiled_name,
+    wasted_name,
 )
 from smlens.bundle.promql import by, number, ratio, total
 from smlens.bundle.series import COUNTERS, INSTANCE_MEANS, MEMORY_SOL_MEAN, SM_ACTIVE_MEAN, UTILIZATION_MEAN
@@ -127,13 +128,12 @@ def _aggregate_layer(level: Level, t: Thresholds) -> list[Rule]:
     return rules
 
 
-def _pod_waste(t: Thresholds) -> list[Rule]:
+def _pod_waste(t: Thresholds) -> Rule:
+    """GPUs without a compute SOL (mapped from dcgm-exporter) have no stalled seconds: left out."""
     w = t.window
     labels = by(level_labels(NAMESPACE_POD, t.cluster_label))
-    return [
-        record(name(NAMESPACE_POD, w), f'sum {labels}({name(GPU, w)}{{pod!=""}})')
-        for name in (hollow_name, stalled_name)
-    ]
+    wasted = f'{hollow_name(GPU, w)}{{pod!=""}} + {stalled_name(GPU, w)}{{pod!=""}}'
+    return record(wasted_name(w), f"sum {labels}({wasted})")
 
 
 def _ranked(t: Thresholds) -> Rule:
@@ -178,7 +178,7 @@ def recording_rules(t: Thresholds) -> list[Rule]:
     rules = _gpu_layer(t)
     for level in AGGREGATES:
         rules += _aggregate_layer(level, t)
-    rules += _pod_waste(t)
+    rules.append(_pod_waste(t))
     rules.append(_ranked(t))
     rules += _instance_layer(t)
     return rules

@@ -76,12 +76,19 @@ def rule_files(t: Thresholds) -> dict[str, str]:
                 "groups": [
                     {
                         "name": "smlens-recording",
-                        "interval": t.recording_interval,
+                        "interval": t.evaluation_interval,
                         "rules": recording_rules(t),
                     }
                 ]
             },
             HEADER,
         ),
-        ALERTS_FILE: dump({"groups": [{"name": "smlens-alerts", "rules": alerting_rules(t)}]}, HEADER),
+        ALERTS_FILE: dump(
+            {
+                "groups": [
+                    {"name": "smlens-alerts", "interval": t.evaluation_interval, "rules": alerting_rules(t)}
+                ]
+            },
+            HEADER,
+        ),
     }

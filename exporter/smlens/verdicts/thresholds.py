@@ -56,7 +56,7 @@ class Thresholds:
     memory_bound_dram: float
     compute_bound_pipe: float
     window: str
-    recording_interval: str
+    evaluation_interval: str
     hollow_for: str
     low_occupancy_for: str
     stalled_for: str

@@ -7,7 +7,6 @@ from smlens.bundle.grafana import Variable
 from smlens.bundle.layers import (
     COMPUTE_SOL,
     GPU,
-    NAMESPACE_POD,
     Level,
     count_name,
     hollow_name,
@@ -17,14 +16,14 @@ from smlens.bundle.layers import (
     stalled_name,
     sum_name,
     summed,
+    wasted_name,
 )
-from smlens.bundle.promql import number, ratio, total
+from smlens.bundle.promql import ratio, total
 from smlens.bundle.series import DCGM_EXPORTER, MEMORY_SOL_MEAN, SM_ACTIVE_MEAN, UTILIZATION_MEAN, Mean
 from smlens.verdicts.thresholds import Thresholds
 
 # The range each graph step's rate() reads: Grafana's, which it fits to the scrape interval.
 RATE_INTERVAL = "[$__rate_interval]"
-WASTE_INTERVAL = "5m"
 
 
 class Exprs:
@@ -107,28 +106,25 @@ class Exprs:
         return f"sum by ({by}) ({integral}) * $__interval_ms / 3600000"
 
     def wasted_hours(self, selector: str) -> str:
-        """GPU-hours each selected pod spent busy but hollow or stalled over the dashboard range,
-        integrated at the panel's interval (at least WASTE_INTERVAL: the recorded rates are means over
-        the rule window, so sampling them that often integrates them within a few percent, at a fraction
-        of the reads). Pods whose GPUs have no compute SOL (mapped from dcgm-exporter) have no stalled
-        seconds and are left out."""
-        hollow, stalled = (name(NAMESPACE_POD, self.w) for name in (hollow_name, stalled_name))
-        wasted = f"({hollow}{selector} + {stalled}{selector})"
-        return f"sum_over_time({wasted}[$__range:$__interval]) * $__interval_ms / 3600000"
+        """GPU-hours each selected pod spent busy but hollow or stalled over the dashboard range, its
+        recorded window means sampled once per window (the panel's least interval):
+        trailing means that tile the range integrate it, at a fraction of a finer step's reads."""
+        return (
+            f"sum_over_time({wasted_name(self.w)}{selector}[$__range:$__interval]) * $__interval_ms / 3600000"
+        )
 
     def roofline(self, selector: str, worst: int | None) -> tuple[str, str]:
         """Per GPU, memory speed of light (x) and compute speed of light (y); with ``worst``, only the
-        busy GPUs farthest from both roofs, that many."""
+        busy and stalled GPUs farthest from the compute roof, that many."""
         on = f"and on ({self.gpu_labels})"
         compute = self.mean(GPU, COMPUTE_SOL, selector)
         # A point needs both: GPUs without a compute SOL (mapped from dcgm-exporter) get none.
         memory = f"({self.mean(GPU, MEMORY_SOL_MEAN, selector)} {on} {compute})"
         if worst is None:
             return memory, compute
-        busy = f"{self.mean(GPU, UTILIZATION_MEAN, selector)} >= {number(self.t.busy_utilization)}"
-        nearest_roof = f"(({compute} >= {memory}) or {memory})"
-        chosen = f"{on}\nbottomk({worst}, {nearest_roof} {on} {busy})"
-        return f"{memory}\n{chosen}", f"{compute}\n{chosen}"
+        stalled = f"{stalled_name(GPU, self.w)}{selector} > 0"
+        chosen = f"{on}\nbottomk({worst}, {compute} {on} {stalled})"
+        return f"{self.mean(GPU, MEMORY_SOL_MEAN, selector)}\n{chosen}", f"{compute}\n{chosen}"
 
     def sm_steps(self) -> list[tuple[float | None, str]]:
         return [(None, "red"), (self.t.hollow_sm_active, "orange"), (self.t.working_sm_active, "green")]

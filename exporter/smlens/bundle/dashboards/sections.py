@@ -221,8 +221,7 @@ def roofline(e: Exprs, selector: str, worst: int | None) -> Panel:
     t = e.t
     x, y = e.roofline(selector, worst)
     which = (
-        f"the {worst} busy GPUs farthest from both roofs (utilization at least"
-        f" {percent(t.busy_utilization, 0)})"
+        f"the {worst} busy and stalled GPUs farthest from the compute roof (GPUBusyButStalled's)"
         if worst is not None
         else "each GPU"
     )

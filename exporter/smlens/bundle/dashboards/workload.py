@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from smlens import names as n
 from smlens.bundle.dashboards.panels import bargauge, ratio_series, series, table
-from smlens.bundle.dashboards.queries import WASTE_INTERVAL, Exprs
+from smlens.bundle.dashboards.queries import Exprs
 from smlens.bundle.dashboards.sections import GAP, RATIO_MEANINGS, rules_check
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard
 from smlens.bundle.layers import CLUSTER, EFFICIENCY, GPU, NAMESPACE, TOP_GPUS, mean_name
@@ -153,7 +153,7 @@ def _wasting_pods(e: Exprs, in_namespaces: str) -> Panel:
         f"sort_desc(topk({TOP_GPUS}, {hours}))",
         POD_LEGEND,
         unit="h",
-        min_interval=WASTE_INTERVAL,
+        min_interval=e.w,
     )
 
 
