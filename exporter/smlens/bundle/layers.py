@@ -42,7 +42,8 @@ EFFICIENCY = Mean("gpu_sm_efficiency", SM_ACTIVE_MEAN.numerator, "gpu_profiled_b
 COMPUTE_SOL = Mean("gpu_compute_sol", n.GPU_COMPUTE_SOL_SECONDS, "gpu_compute_sol_profiled_seconds")
 ALL_MEANS = (*MEANS, EFFICIENCY, COMPUTE_SOL)
 # Its sums keep the bucket of GPUs no workload holds (namespace=""), so that the layers above cover every GPU.
-NAMESPACE = Level("namespace", (n.NAMESPACE,), GPU)
+# The two means its time series plot are recorded: a few series per cluster, read at every graph step.
+NAMESPACE = Level("namespace", (n.NAMESPACE,), GPU, ratios=(UTILIZATION_MEAN, SM_ACTIVE_MEAN))
 CLUSTER = Level("cluster", (), HOSTNAME, ALL_MEANS)
 FLEET = Level("fleet", (), CLUSTER, ALL_MEANS, clustered=False)
 AGGREGATES = (HOSTNAME, NAMESPACE, CLUSTER, FLEET)

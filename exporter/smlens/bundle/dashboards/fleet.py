@@ -164,6 +164,7 @@ def _worst_places(e: Exprs, sel: str) -> list[Panel]:
         f'sort_desc(label_replace({hours}, "namespace", "(none)", "namespace", ""))',
         "{{namespace}}",
         unit="h",
+        min_interval=e.w,
     )
     return [nodes, namespaces]
 

@@ -101,7 +101,9 @@ class Exprs:
         return f"{self.mean(GPU, UTILIZATION_MEAN, selector)} - {self.mean(GPU, SM_ACTIVE_MEAN, selector)}"
 
     def hollow_hours(self, level: Level, selector: str, by: str) -> str:
-        """GPU-hours spent hollow over the dashboard range, integrated at the panel's interval."""
+        """GPU-hours spent hollow over the dashboard range, integrated at the panel's interval (the
+        panels set it to at least the rule window: trailing window means sampled once per window tile
+        the range)."""
         integral = f"sum_over_time({hollow_name(level, self.w)}{selector}[$__range:$__interval])"
         return f"sum by ({by}) ({integral}) * $__interval_ms / 3600000"
 

@@ -104,6 +104,7 @@ def _namespaces(e: Exprs, in_namespaces: str) -> list[Panel]:
         f"sort_desc(topk({TOP_GPUS}, {hours}))",
         NAMESPACE_LEGEND,
         unit="h",
+        min_interval=e.w,
     )
     return [utilization, hollow]
 
