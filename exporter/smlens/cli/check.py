@@ -68,8 +68,7 @@ def _instances(before: GpuState, after: GpuState, thresholds: Thresholds) -> tup
             for key in JUDGED
         }
         memory = state.gauges.get(n.MEMORY_USED_BYTES)
-        # NVML gives an instance no utilization: its memory held stands for busy.
-        verdict = judge(thresholds, Means.of({**means, n.UTILIZATION: None}, memory))
+        verdict = judge(thresholds, Means.of_instance(means, memory))
         info = state.instance
         reports.append(
             InstanceReport(info.gpu_instance, info.profile, info.mig_uuids, means, memory, verdict)

@@ -34,6 +34,11 @@ class Means(NamedTuple):
     memory_held: bool
 
     @classmethod
+    def of_instance(cls, ratios: Mapping[str, float | None], memory_used_bytes: float | None) -> Means:
+        """A MIG instance's: NVML gives it no utilization, so its memory held stands for busy."""
+        return cls.of({**ratios, n.UTILIZATION: None}, memory_used_bytes)
+
+    @classmethod
     def of(cls, ratios: Mapping[str, float | None], memory_used_bytes: float | None) -> Means:
         """From ratios by activity key. Without a compute SOL of its own (one tick's ratios), the
         busiest pipe is the SOL: over one tick the two are the same."""
@@ -123,4 +128,4 @@ def holds_memory(memory_used_bytes: float | None) -> bool:
 def latest_instance(t: Thresholds, instance: InstanceState) -> Verdict:
     """The verdict on a MIG GPU instance's latest ratios (no utilization: NVML gives an instance none)."""
     g = instance.gauges
-    return judge(t, Means.of({**g, n.UTILIZATION: None}, g.get(n.MEMORY_USED_BYTES)))
+    return judge(t, Means.of_instance(g, g.get(n.MEMORY_USED_BYTES)))
