@@ -220,6 +220,17 @@ def query(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]
     return result
 
 
+def has_data_soon(base: str, expr: str, timeout: float = 20.0) -> bool:
+    """Data now or within ``timeout``: layers built on rates of the layer below (namespace from pod from
+    GPU) get their first samples an evaluation or two after the layer below."""
+    deadline = time.monotonic() + timeout
+    while not query(base, expr):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():

@@ -13,7 +13,8 @@ import yaml
 
 from conftest import REPO, require_tool
 from promstack import GRAFANA_BUILTINS, panel_queries, substitute
-from smlens.bundle import dashboards, grafana, rules
+from smlens.bundle import accounting, dashboards, grafana, rules
+from smlens.bundle.dashboards.sections import RULES_STRIP  # says 0 on purpose where rules are missing
 from smlens.verdicts import thresholds
 
 DASHBOARDS_DIR = REPO / "dashboards"
@@ -37,13 +38,14 @@ def test_committed_dashboards_are_what_the_generator_writes() -> None:
     )
 
 
-def test_the_four_dashboards_exist_with_their_variables() -> None:
+def test_the_five_dashboards_exist_with_their_variables() -> None:
     models = _committed()
     expected = {
         "smlens-fleet.json": {"datasource", "cluster"},
         "smlens-node.json": {"datasource", "cluster", "hostname", "gpu"},
         "smlens-gpu.json": {"datasource", "cluster", "hostname", "gpu"},
         "smlens-workload.json": {"datasource", "cluster", "namespace", "pod"},
+        "smlens-waste.json": {"datasource", "cluster", "namespace"},
     }
     assert set(models) == set(expected)
     for name, variables in expected.items():
@@ -83,9 +85,12 @@ def test_every_json_file_is_an_importable_classic_dashboard(name: str) -> None:
 def test_queries_use_only_defined_variables_and_recorded_series_that_exist() -> None:
     records = {
         r["record"]
-        for g in yaml.safe_load((REPO / "rules" / rules.RECORDING_FILE).read_text())["groups"]
+        for path in (rules.RECORDING_FILE, rules.ACCOUNTING_FILE)
+        for g in yaml.safe_load((REPO / "rules" / path).read_text())["groups"]
         for r in g["rules"]
+        if "record" in r
     }
+    records.add(accounting.PRICE)  # written from the price table, absent without one
     for name, model in _committed().items():
         values = {v: "x" for v in _variables(model)}
         for title, expr in panel_queries(model):
@@ -166,7 +171,6 @@ _CONSTANT = re.compile(
     r"|\bclamp_max\s*\([^)]*,\s*0(?:\.0*)?\s*\)",
     re.IGNORECASE,
 )
-RULES_STRIP = "Recording rules"  # says 0 on purpose where the rules are missing (sections.rules_check)
 
 
 def fills_absence(expr: str) -> bool:

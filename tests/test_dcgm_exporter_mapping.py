@@ -6,7 +6,7 @@ at tag 4.5.3-4.8.2: gpu, UUID, pci_bus_id, device, modelName, GPU_I_PROFILE/GPU_
 Hostname, then the label-type fields and pod labels), with the fields of its etc/dcp-metrics-included.csv
 plus DCGM_FI_PROF_SM_ACTIVE and DCGM_FI_PROF_SM_OCCUPANCY, which that file ships commented out and users
 turn on. gpu-node-2 serves the same fields as 4.10.0 names them: the template with ``hostname``
-(d5e5f51, released in 4.8.3), the 4.9.0 names (DCGM 4.7's) with utilization as a ratio, framebuffer
+(released in 4.8.3), the 4.9.0 names (DCGM 4.7's) with utilization as a ratio, framebuffer
 memory in bytes and the DCGM_FI_SYSTEM_DRIVER_VERSION label, and 4.10.0's PCIe rates. On each node
 GPU 1 is in MIG mode: dcgm-exporter (default device option "f") exports its GPU instance only.
 

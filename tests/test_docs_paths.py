@@ -1,4 +1,4 @@
-"""The README and docs/ name only files, folders and modules that exist in this checkout.
+"""The READMEs and docs/ name only files, folders and modules that exist in this checkout.
 
 Every Markdown file is read whole, fenced code and command output included. What counts as a name:
 
@@ -29,7 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "exporter" / "smlens"
-DOCUMENTS = (REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")))
+DOCUMENTS = (REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md")))
 ROOTS = (
     "alertmanager",
     "bench",

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import helm_python
 import pytest
 import yaml
 
@@ -94,6 +95,31 @@ def test_overrides_give_what_the_generators_give() -> None:
     assert "ratio_rate5m" in json.dumps(chart_rule_groups(rendered))  # the window reaches record names
     route = alertmanager.route_files(expected)[alertmanager.ROUTE_FILE]
     assert chart_route(rendered) == route.rstrip("\n") and "k8s_cluster" in route
+
+
+PRICES: dict[str, Any] = {
+    "currency": "EUR",
+    "gpu_hour": {"NVIDIA H200": 3.5, "NVIDIA A100-SXM4-80GB": 2},
+    "mig_instance_hour": {"NVIDIA H200/1g.18gb": 0.625},
+}
+
+
+def test_a_price_table_gives_the_price_rules_the_generator_gives() -> None:
+    expected = thresholds.load().with_overrides({"prices": PRICES}, "test prices")
+    rendered = chart_rule_groups(render({"thresholds": {"prices": PRICES}}))
+    assert rendered == groups_of(files.rule_files(expected))
+    (prices,) = [g for g in rendered if g["name"] == "smlens-prices"]
+    assert {r["expr"] for r in prices["rules"]} == {"vector(3.5)", "vector(2.0)", "vector(0.625)"}
+    assert all(r["labels"]["currency"] == "EUR" for r in prices["rules"])
+    (unpriced,) = [g for g in chart_rule_groups(render()) if g["name"] == "smlens-prices"]
+    assert unpriced["rules"] == []
+
+
+def test_a_price_table_the_exporter_would_refuse_the_chart_refuses_too() -> None:
+    with pytest.raises(helm_python.HelmValuesError):
+        render({"thresholds": {"prices": {"gpu_hour": {"NVIDIA H200": -1}}}})
+    with pytest.raises(helm_python.HelmValuesError):
+        render({"thresholds": {"prices": {"mig_instance_hour": {"1g.18gb": 1}}}})
 
 
 def test_default_route_is_exactly_alertmanager_dir() -> None:

@@ -195,8 +195,8 @@ def migration_doc_monitor() -> dict[str, Any]:
 def test_dcgm_exporter_scrape_from_the_migration_doc_leaves_unheld_gpus_unowned(
     prometheus: Prometheus,
 ) -> None:
-    """dcgm-exporter labels a GPU with its pod only where a pod holds it (transformation/kubernetes.go,
-    NVIDIA/dcgm-exporter eb95c71: the attributes are set under `if exists`). honorLabels alone lets the
+    """dcgm-exporter labels a GPU with its pod only where a pod holds it (its transformation/kubernetes.go
+    sets the attributes under `if exists`). honorLabels alone lets the
     exporter pod's target labels fill in the unheld GPU's pod; the documented relabelling does not."""
     documented = migration_doc_monitor()
     node_only = [r for r in documented["relabelings"] if r.get("targetLabel") == "node"]

@@ -143,6 +143,21 @@ def test_gauges_and_totals_in_base_units(monkeypatch: pytest.MonkeyPatch) -> Non
     assert reading.missing == {}
 
 
+# What an H200 without processes answered (driver 580.159.04): version 1 of nvmlDeviceGetMemoryInfo counts
+# the driver's reserve as used, version 2 reports it apart and nothing used, as nvidia-smi does.
+H200_RESERVED = 644_939_776
+
+
+@pytest.mark.parametrize(("has_v2", "used"), [(True, 0), (False, H200_RESERVED)])
+def test_memory_used_leaves_out_the_drivers_reserve_where_nvml_can(
+    monkeypatch: pytest.MonkeyPatch, has_v2: bool, used: int
+) -> None:
+    """An idle GPU must not read "memory held" for what the driver keeps for itself."""
+    gpu = FakeGpu("GPU-a", memory_used=0, memory_reserved=H200_RESERVED, memory_v2=has_v2)
+    backend, (identity,) = started(install(monkeypatch, gpu))
+    assert backend.read(identity, now=100.0).gauges[n.MEMORY_USED_BYTES] == used
+
+
 def test_unsupported_values_are_absent_never_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     node = install(
         monkeypatch,

@@ -24,7 +24,7 @@ def test_the_dataclass_writes_no_value() -> None:
 
 
 def test_the_loaded_defaults_are_the_shipped_file() -> None:
-    assert dataclasses.asdict(thresholds.load()) == yaml.safe_load(thresholds.SHIPPED.read_text())
+    assert thresholds.load().as_dict() == yaml.safe_load(thresholds.SHIPPED.read_text())
 
 
 def _shipped_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pattern: str, replacement: str) -> None:

@@ -9,6 +9,7 @@ from bench.truth.compare import (
     RawCost,
     Verdict,
     WorkloadReading,
+    judge_accounting,
     judge_cost,
     judge_latency,
     judge_verdicts,
@@ -35,7 +36,7 @@ from bench.truth.ground_truth import (
     NcuRun,
     parse_csv,
 )
-from bench.truth.metrics import SamplingCost
+from bench.truth.metrics import SamplingCost, Scrape, parse, seconds_by_verdict
 from bench.truth.unprivileged import UnprivilegedRun
 
 from smlens import names as n
@@ -276,7 +277,7 @@ def test_ncu_pipe_counters_against_smlens_on_the_same_kernel() -> None:
     outcomes = {(o.subject, o.metric): o for o in ncu_pipe_outcomes(pipe_run(), HOPPER, smlens)}
     active = outcomes[("fp32_fma", n.SM_ACTIVE)]  # 990 / 1000 cycles
     assert active.passed is True and active.expected == "smlens within 0.033 of ncu"
-    occupancy = outcomes[("fp32_fma", n.SM_OCCUPANCY)]  # 56.7 % of the warps, as on the H200
+    occupancy = outcomes[("fp32_fma", n.SM_OCCUPANCY)]  # under its launch shape: warps retire early
     assert occupancy.passed is True and occupancy.measured == "0.567 (smlens 0.563)"
     assert outcomes[("pointer_chase", n.SM_ACTIVE)].passed is False  # smlens gave none
     fma = outcomes[("fp32_fma", f"{n.FP32_ACTIVE} vs {FMA_PIPE}")]
@@ -302,3 +303,35 @@ def test_ncu_pipe_counters_absent_on_either_side() -> None:
     assert skipped.passed is None and skipped.measured == "not run: ncu is not installed"
     partial = NcuPipeRun(True, "no launch of copy_d2d in ncu's output", {}, "")
     assert [o.measured for o in ncu_pipe_outcomes(partial, HOPPER, {})] == [partial.reason]
+
+
+def _accounted(name: str, seconds: dict[str, float], window: float = 20.0) -> WorkloadReading:
+    return WorkloadReading(name, "test", {}, {}, accounted=seconds, window_seconds=window)
+
+
+def test_accounting_must_cover_the_window_and_give_the_expected_class_its_share() -> None:
+    expected = VERDICTS["gemm_bf16"]
+    good = judge_accounting(_accounted("gemm_bf16", {"compute_bound": 19.5, "partial": 0.5}), expected, 0.5)
+    assert [o.passed for o in good] == [True, True]
+    mixed = judge_accounting(_accounted("gemm_bf16", {"compute_bound": 15.0, "stalled": 5.0}), expected, 0.5)
+    assert [o.passed for o in mixed] == [True, False]
+    short = judge_accounting(_accounted("gemm_bf16", {"compute_bound": 15.0}), expected, 0.5)
+    assert short[0].passed is False  # five seconds of the window lost
+    real = judge_accounting(
+        _accounted("gpt2_train", {"stalled": 12.0, "partial": 8.0}), VERDICTS["gpt2_train"], 0.5
+    )
+    assert [o.passed for o in real] == [True, None] and "stalled 60%" in real[1].measured
+
+
+def test_seconds_by_verdict_reads_one_gpus_counters_across_owners() -> None:
+    def scrape(text: str) -> Scrape:
+        return parse("# TYPE gpu_verdict_seconds_total counter\n" + text, 0.0)
+
+    row = 'gpu_verdict_seconds_total{{gpu="{}",gpu_instance="",verdict="{}",pod="{}"}} {}\n'
+    first = scrape(row.format(0, "idle", "a", 10) + row.format(1, "idle", "", 99))
+    last = scrape(
+        row.format(0, "idle", "a", 12)
+        + row.format(0, "compute_bound", "b", 7)
+        + row.format(1, "idle", "", 120)
+    )
+    assert seconds_by_verdict(first, last, "0") == {"idle": 2.0, "compute_bound": 7.0}

@@ -130,7 +130,7 @@ def test_bands() -> None:
 
 
 def test_peak_dram_bandwidth_is_double_data_rate() -> None:
-    # An H200 reports 3201 MHz and a 6016-bit bus through NVML.
+    # The memory clock and bus width NVML gives for an H200.
     assert peak_dram_bandwidth(3201e6, 6016) == pytest.approx(4.814e12, rel=1e-3)
 
 

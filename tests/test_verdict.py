@@ -42,7 +42,7 @@ def means(
 @pytest.mark.parametrize(
     ("name", "window", "code", "pipe"),
     [
-        # The H200 rows of docs/validation.md (NVML GPM, 2 s windows): what each must read.
+        # Window means an H200 gave for these workloads (docs/validation.md): what each must read.
         ("spin kernel, all SMs, 8 warps each", means(1.0, 0.998, 0.125, 0.0, {INT: 0.38}), "stalled", None),
         (
             "FP32 FMA chains",

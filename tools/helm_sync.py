@@ -47,6 +47,28 @@ DIFFERENCE_PLACEHOLDER = "__SMLENS_THRESHOLD_{}_MINUS_{}_PERCENT__"
 # Characters a text threshold may hold: none that YAML or JSON would have to escape around it.
 TEXT_PATTERN = "^[^\\s\"'\\\\]+$"
 
+# As smlens.verdicts.thresholds checks a price table.
+_PRICE = {"type": "number", "minimum": 0, "exclusiveMaximum": 1e9}
+PRICES_SCHEMA = {
+    "type": "object",
+    "description": "Prices for the cost series (docs/accounting.md); empty tables: no cost anywhere.",
+    "additionalProperties": False,
+    "properties": {
+        "currency": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_.-]{0,15}$"},
+        "gpu_hour": {
+            "type": "object",
+            "description": "GPU model, as gpu_info's model label writes it, to the price of one GPU-hour",
+            "additionalProperties": _PRICE,
+        },
+        "mig_instance_hour": {
+            "type": "object",
+            "description": '"<model>/<MIG profile>" to the price of one hour of such an instance',
+            "propertyNames": {"pattern": "^[^/]+/[^/]+$"},
+            "additionalProperties": _PRICE,
+        },
+    },
+}
+
 Generator = Callable[[Thresholds], dict[str, str]]
 GENERATED: Mapping[str, Generator] = GENERATORS
 
@@ -74,7 +96,7 @@ def stand_ins() -> tuple[Thresholds, dict[str, str]]:
         difference = values[minuend] - values[subtrahend]
         forms[f"{difference:.0%}"] = DIFFERENCE_PLACEHOLDER.format(minuend, subtrahend)
     for field in dataclasses.fields(Thresholds):
-        if not _is_ratio(field):
+        if not _is_ratio(field) and field.name != "prices":  # the chart writes the price rules itself
             values[field.name] = PLACEHOLDER.format(field.name)
     return dataclasses.replace(thresholds.load(), **values), forms
 
@@ -92,6 +114,8 @@ def thresholds_schema() -> dict[str, Any]:
     for field in dataclasses.fields(Thresholds):
         if _is_ratio(field):
             properties[field.name] = {"$ref": "#/definitions/ratio"}
+        elif field.name == "prices":
+            properties[field.name] = PRICES_SCHEMA
         elif field.name in _TEXT_FIELDS:
             properties[field.name] = {
                 "type": "string",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.truth.expect import (
@@ -42,7 +42,7 @@ NCU_PAIRS: Mapping[str, tuple[tuple[str, str], ...]] = {
 # (their launch shape bounds them from above only: expect._work_bound).
 NCU_PLACED = ("fp32_fma", "pointer_chase")
 COST_RATIO = 1.25  # smlens' reads may cost at most this much more than the bare NVML/GPM calls
-LATENCY_RATIO = 3.0  # /metrics median within this of /-/healthy's (bench/metrics_latency.py's target)
+LATENCY_RATIO = 3.0  # /metrics median within this of /-/healthy's: a scrape only joins pre-rendered bytes
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,9 @@ class WorkloadReading:
     verdicts: tuple[Verdict, ...] = ()
     error: str = ""
     judged: Verdict | None = None  # smlens.verdicts.judge on the window means (window_verdict)
+    # Seconds the exporter's accounting gave each verdict class over the window, and the window's seconds.
+    accounted: Mapping[str, float] = field(default_factory=dict)
+    window_seconds: float = 0.0
 
     @property
     def sm_clock_hz(self) -> float | None:
@@ -124,6 +127,57 @@ def window_verdict(
     """smlens' own verdict (smlens.verdicts.judge) on a window's exact means and its memory in use."""
     verdict = judge(thresholds, Means.of(rates, gauges.get(n.MEMORY_USED_BYTES)))
     return Verdict(0.0, verdict.code, verdict.text, verdict.pipe)
+
+
+# Of a controlled kernel's window, the share its accounting must give its verdict class: the rest is the
+# tick on either side of a change, when the tick's ratios straddle it.
+ACCOUNTED_SHARE = 0.9
+# Real workloads alternate between kernels tick by tick: their share per class is reported, not judged.
+REPORTED_ONLY = ("gpt2_train", "gpt2_generate")
+
+
+def judge_accounting(reading: WorkloadReading, expected: ExpectedVerdict, interval: float) -> list[Outcome]:
+    """The accounting counters over the window: the seconds they add up to (the window's, within a tick
+    on either side), and the share in the class the workload must get."""
+    if reading.error or not reading.window_seconds:
+        return []
+    total = sum(reading.accounted.values())
+    shares = (
+        ", ".join(
+            f"{code} {seconds / total:.0%}"
+            for code, seconds in sorted(reading.accounted.items(), key=lambda i: -i[1])
+        )
+        if total
+        else "none"
+    )
+    window = reading.window_seconds
+    outcomes = [
+        Outcome(
+            "accounting",
+            reading.name,
+            "seconds accounted",
+            f"{window:.1f} s +/- {2 * interval:g} s",
+            f"{total:.2f} s",
+            abs(total - window) <= 2 * interval,
+            "every tick's seconds land in one class",
+        )
+    ]
+    if expected.code is None or reading.name in REPORTED_ONLY:
+        outcomes.append(Outcome("accounting", reading.name, "share by class", "reported", shares, None))
+        return outcomes
+    share = reading.accounted.get(expected.code, 0.0) / total if total else 0.0
+    outcomes.append(
+        Outcome(
+            "accounting",
+            reading.name,
+            f"share {expected.code}",
+            f">= {ACCOUNTED_SHARE:.0%}",
+            shares,
+            share >= ACCOUNTED_SHARE,
+            "judged tick by tick",
+        )
+    )
+    return outcomes
 
 
 def judge_verdicts(reading: WorkloadReading, expected: ExpectedVerdict) -> list[Outcome]:

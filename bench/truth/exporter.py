@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,10 +13,33 @@ from types import TracebackType
 from typing import IO, Any
 
 import httpx
-from bench.metrics_latency import free_port
 from bench.truth.metrics import Scrape, parse
 
 REPO = Path(__file__).resolve().parents[2]
+# What Prometheus 2.x sends when it scrapes.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def latencies(client: httpx.Client, path: str, n: int, headers: dict[str, str]) -> list[float]:
+    """Seconds of each of ``n`` requests of ``path`` over one keep-alive connection, after 50 unrecorded."""
+    for _ in range(50):
+        client.get(path, headers=headers)
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        response = client.get(path, headers=headers)
+        out.append(time.perf_counter() - start)
+        response.raise_for_status()
+    return out
 
 
 def smlens_env(source: Path = REPO / "exporter", **extra: str) -> dict[str, str]:

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.metrics_latency import PROMETHEUS_ACCEPT, latencies
 from bench.truth.compare import (
     Outcome,
     RawCost,
     Verdict,
     WorkloadReading,
+    judge_accounting,
     judge_cost,
     judge_latency,
     judge_verdicts,
@@ -44,8 +44,23 @@ from bench.truth.compare import (
     window_verdict,
 )
 from bench.truth.expect import VERDICTS, checks_for, spin_shapes
-from bench.truth.exporter import REPO, CheckRun, Exporter, smlens_env, verdict_of
-from bench.truth.metrics import Scrape, gauge_medians, median_gauge, sampling_cost, window_means
+from bench.truth.exporter import (
+    PROMETHEUS_ACCEPT,
+    REPO,
+    CheckRun,
+    Exporter,
+    latencies,
+    smlens_env,
+    verdict_of,
+)
+from bench.truth.metrics import (
+    Scrape,
+    gauge_medians,
+    median_gauge,
+    sampling_cost,
+    seconds_by_verdict,
+    window_means,
+)
 from bench.truth.report import markdown, outcomes_table, summary, tally
 
 # `smlens check` runs twice per verdict workload, side by side: with its default duration, and long
@@ -178,6 +193,8 @@ def _measure(
     return (
         WorkloadReading(
             rates=window_means(scrapes[0], scrapes[-1], gpu),
+            accounted=seconds_by_verdict(scrapes[0], scrapes[-1], gpu),
+            window_seconds=scrapes[-1].at - scrapes[0].at,
             gauges=gauge_medians(scrapes[1:], gpu),
             achieved=rate(start, end) if workload.unit else None,
             verdicts=tuple(verdicts),
@@ -247,7 +264,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     readings: list[WorkloadReading] = []
     latency: list[Outcome] = []
     idle_cost = None
-    with Exporter(out / "exporter.log", args.interval) as exporter:
+    with Exporter(out / "exporter.log", args.interval, "--metrics", "default,accounting") as exporter:
         exporter.wait_ready()
         time.sleep(timing.warmup)
         first = exporter.scrape()
@@ -278,6 +295,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     for reading in readings:
         if reading.name in VERDICTS:
             outcomes += judge_verdicts(reading, VERDICTS[reading.name])
+            outcomes += judge_accounting(reading, VERDICTS[reading.name], args.interval)
     outcomes += judge_cost(run_cost, idle_cost, raw, args.interval)
     if tick is not None and gpus:
         tick_text = f"{tick / gpus * 1e6:.0f} us (last tick before each of two scrapes, median)"

@@ -119,6 +119,20 @@ def window_means(first: Scrape, last: Scrape, gpu: str) -> dict[str, float | Non
     return _with_derived(means)
 
 
+def seconds_by_verdict(first: Scrape, last: Scrape, gpu: str) -> dict[str, float]:
+    """Seconds the GPU's accounting counters (gpu_verdict_seconds_total) added per verdict class between
+    two scrapes, over every owner; a class first seen after ``first`` counts from 0."""
+    name = f"{n.GPU_VERDICT_SECONDS}_total"
+    added: dict[str, float] = {}
+    before = first.samples.get(name, {})
+    for labels, value in last.samples.get(name, {}).items():
+        fields = dict(labels)
+        if fields.get(n.GPU) == gpu and not fields.get(n.GPU_INSTANCE):
+            verdict = fields[n.VERDICT]
+            added[verdict] = added.get(verdict, 0.0) + value - before.get(labels, 0.0)
+    return added
+
+
 def gauge_medians(scrapes: Sequence[Scrape], gpu: str) -> dict[str, float | None]:
     """Median over the scrapes of each ratio gauge (each gauge covers the tick before its scrape), and of
     the plain gauges of PLAIN_GAUGES."""

@@ -13,7 +13,7 @@
   four metrics (GPU time or SYSCLK trigger), and the probe's layout (the GEMM process captures itself).
 * ``coexist``: a second capture during one; a capture while Nsight Compute profiles another process;
   ``smlens serve`` (NVML + GPM) scraped every second before, during and after a capture of a GEMM loop.
-* ``example``: the docs' example, a 12 s capture at 200 us of the truth schedule.
+* ``example``: a 12 s capture at 200 us of the truth schedule, as a user would take one.
 Writes DIR/profile_load.json (and prints each result as it comes).
 """
 

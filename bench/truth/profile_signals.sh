@@ -5,7 +5,7 @@
 # Run from the repository root on a GPU host, with the environment `smlens profile` needs (docs/profile.md):
 #   bash bench/truth/profile_signals.sh
 # Started by a script, each capture inherits the shell's ignored SIGINT (a background job's), which smlens
-# overrides only while it captures; docs/profile.md ("The current capture code on the H200") has the results.
+# overrides only while it captures; docs/profile.md ("How a capture works") says what it guards.
 for sig in INT TERM KILL; do
   for when in 6 13; do
     setsid python3 -m smlens profile --gpu 0 --seconds 10 --interval-us 100 --out "/tmp/signals-$sig-$when.html" \

@@ -283,6 +283,27 @@ class Attribution:
 EMPTY_ATTRIBUTION = Attribution()
 
 
+# ---- accounting: seconds per verdict class and owner (pipeline.accounting folds them) ----
+
+
+class Account(NamedTuple):
+    """Whose seconds, on which GPU or instance, in which class. ``gpu_instance`` is None for a GPU."""
+
+    uuid: str
+    gpu_instance: int | None
+    mig_profile: str
+    verdict: str
+    owner: Workload
+
+
+class Entry(NamedTuple):
+    seconds: float
+    added_at: float  # the sampler's clock at the last tick that added to it
+
+
+Ledger = Mapping[Account, Entry]
+
+
 class Snapshot(NamedTuple):
     """One complete, immutable picture of the node, published once per tick."""
 
@@ -295,3 +316,4 @@ class Snapshot(NamedTuple):
     gpus: tuple[GpuState, ...]
     backends: tuple[BackendStats, ...]
     attribution: Attribution = EMPTY_ATTRIBUTION  # who holds and uses each GPU, refreshed in the background
+    ledger: Ledger = EMPTY  # seconds per verdict class and owner, when the exporter accounts them

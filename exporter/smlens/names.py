@@ -35,6 +35,14 @@ POD = "pod"
 CONTAINER = "container"
 OWNER_LABELS = (NAMESPACE, POD, CONTAINER)
 SLURM_JOB = "slurm_job"
+# What owns a workload's pods, as the accounting rules resolve it from kube-state-metrics (a Job, a
+# JobSet, a Deployment...; the pod itself without kube-state-metrics; a Slurm job): never Prometheus' `job`.
+OWNER_KIND = "owner_kind"
+OWNER_NAME = "owner_name"
+OWNER_KIND_POD = "Pod"
+OWNER_KIND_SLURM_JOB = "SlurmJob"
+# The label of gpu_verdict_seconds_total that names the verdict class its seconds were spent in.
+VERDICT = "verdict"
 
 # Keys of Reading.activity: time-weighted ratios that the sampler integrates into *_seconds_total.
 UTILIZATION = "utilization"  # NVML: share of time at least one kernel ran
@@ -152,6 +160,13 @@ VERDICT_CODES = (
     VERDICT_COMPUTE_BOUND,
     VERDICT_PARTIAL,
 )
+# Classes in which a GPU is held but does little: what the waste panels, their rankings and `smlens report`
+# count as wasted; idle counts only while a workload holds the GPU (idle without one is spare capacity).
+WASTED_VERDICTS = (VERDICT_HOLLOW, VERDICT_STALLED, VERDICT_IDLE_MEMORY_HELD)
+WASTED_WHEN_HELD = (VERDICT_IDLE,)
+WASTED_WORDS = (
+    f"{' + '.join(WASTED_VERDICTS)} + {' + '.join(WASTED_WHEN_HELD)} while a workload holds the GPU"
+)
 # The name of each compute-SOL pipe in a compute-bound verdict (``verdict.pipe``, the label ``pipe``).
 SOL_PIPE_NAMES = {TENSOR_ACTIVE: "tensor", **dict(PIPE_LABELS)}
 
@@ -224,6 +239,12 @@ GPU_MIG_INFO = mig_twin(GPU_INFO)
 GPU_MIG_MEMORY_USED_BYTES = mig_twin(GPU_MEMORY_USED_BYTES)
 GPU_MIG_MEMORY_TOTAL_BYTES = mig_twin(GPU_MEMORY_TOTAL_BYTES)
 GPU_MIG_PROFILED_SECONDS = mig_twin(GPU_PROFILED_SECONDS)
+GPU_MIG_SM_SHARE_RATIO = "gpu_mig_sm_share_ratio"
+
+# Accounting: seconds per verdict class and owner, per GPU and MIG GPU instance (label VERDICT, the
+# owner's labels, and gpu_instance/mig_profile for an instance).
+GPU_VERDICT_SECONDS = "gpu_verdict_seconds"
+VERDICT_SECONDS_LABELS = (*GPU_LABELS, GPU_INSTANCE, MIG_PROFILE, VERDICT, *OWNER_LABELS, SLURM_JOB)
 
 # Attribution: who holds a GPU, and what its workloads' processes use.
 GPU_ALLOCATION_INFO = "gpu_allocation_info"

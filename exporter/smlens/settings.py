@@ -1,11 +1,11 @@
 """Settings of each command, from defaults < config file < environment (SMLENS_*) < flags.
 
 Every option is one field of a frozen dataclass (:class:`SourceSettings`, :class:`ServeSettings`,
-:class:`CheckSettings`); its metadata holds the parser, the default (parsed like any other value), the
-help text and the group. The CLI flags, the environment variables and the config-file keys are derived
-from those fields. :func:`resolve` parses every value and checks every rule between values in one step,
-before the command touches NVML, a socket or a thread; a bad value is one sentence that names where it
-came from.
+:class:`CheckSettings`, and :class:`ReportSettings`, which reads Prometheus, not a node); its metadata
+holds the parser, the default (parsed like any other value), the help text and the group. The CLI flags,
+the environment variables and the config-file keys are derived from those fields. :func:`resolve` parses
+every value and checks every rule between values in one step, before the command touches NVML, a socket
+or a thread; a bad value is one sentence that names where it came from.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import dataclasses
 import math
 import os
 import socket
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from smlens.exposition.selection import DEFAULT, DEFAULT_GROUPS, Selection, pars
 from smlens.files import quote, read_yaml
 from smlens.names import MAX_SIM_GPUS
 from smlens.sources.registry import KINDS, SIM_GPUS, SIM_SEED, accepting
+from smlens.timespec import parse_since, parse_time, since_seconds
 
 DEFAULT_PORT = 10132
 NOT_PAUSABLE = "--admin-token-file enables DCGM profiling pause/resume, but DCGM is not in use here."
@@ -431,16 +434,143 @@ class CheckSettings(SourceSettings):
     log_level: str = option(_choice(*LOG_LEVELS), "warning", "log level", GENERAL, choices=LOG_LEVELS)
 
 
+def _url(raw: Any) -> str:
+    text = _text(raw)
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError("must be an http:// or https:// URL without a query, e.g. http://prometheus:9090")
+    return text.rstrip("/")
+
+
+def _since(raw: Any) -> str:
+    return parse_since(_text(raw))
+
+
+def _time(raw: Any) -> float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):  # a unix time in a YAML config file
+        raw = repr(raw)
+    return parse_time(_text(raw))
+
+
+# `smlens report`'s rows and formats.
+GROUPINGS = ("job", "namespace", "cluster")
+FORMATS = ("table", "csv", "json", "markdown")
+REPORT, CONNECTION = "report", "Prometheus connection (auth and TLS as Prometheus' own clients take them)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSettings:
+    """``smlens report``: reads Prometheus, not a node; none of the data source options apply."""
+
+    prometheus: str | None = option(
+        _url, None, "the Prometheus to read (required), e.g. http://prometheus:9090", REPORT, metavar="URL"
+    )
+    since: str = option(
+        _since,
+        "7d",
+        "start of the range: a duration back from --until (Prometheus syntax: 7d, 12h, 1h30m), or a time",
+        REPORT,
+        metavar="WHEN",
+    )
+    until: float | None = option(
+        _time, None, "end of the range: RFC 3339 or unix time", REPORT, metavar="TIME", shown="now"
+    )
+    by: str = option(
+        _choice(*GROUPINGS),
+        "job",
+        "a row per job (cluster, namespace, owner kind and name), namespace or cluster; rows sorted by "
+        f"wasted GPU-hours: {n.WASTED_WORDS}",
+        REPORT,
+        choices=GROUPINGS,
+    )
+    format: str = option(
+        _choice(*FORMATS),
+        "table",
+        "aligned text, CSV with a header, a JSON list of objects, or a Markdown table",
+        REPORT,
+        choices=FORMATS,
+    )
+    thresholds: Path | None = option(
+        _path,
+        None,
+        "YAML file overriding the shipped thresholds: its prices give the cost, cluster_label the cluster",
+        GENERAL,
+        metavar="FILE",
+    )
+    timeout: float = option(
+        _number(float, 1.0, 3600.0), 120.0, "seconds each request to Prometheus may take", CONNECTION,
+        metavar="S",
+    )  # fmt: skip
+    bearer_token_file: Path | None = option(
+        _path, None, "file of a bearer token to send", CONNECTION, metavar="FILE"
+    )
+    basic_auth_user: str | None = option(
+        _text, None, "basic auth user name; needs --basic-auth-password-file", CONNECTION, metavar="NAME"
+    )
+    basic_auth_password_file: Path | None = option(
+        _path, None, "file of the basic auth password", CONNECTION, metavar="FILE"
+    )
+    ca_file: Path | None = option(
+        _path, None, "CA certificates (PEM) to verify Prometheus' certificate with", CONNECTION,
+        metavar="FILE", shown="the system's",
+    )  # fmt: skip
+    cert_file: Path | None = option(
+        _path, None, "client certificate (PEM) for TLS client auth, with --key-file", CONNECTION,
+        metavar="FILE",
+    )  # fmt: skip
+    key_file: Path | None = option(_path, None, "key (PEM) of --cert-file", CONNECTION, metavar="FILE")
+    insecure_skip_verify: bool = option(
+        _flag, False, "do not verify Prometheus' certificate", CONNECTION, switch=True
+    )
+    server_name: str | None = option(
+        _text, None, "name to send (SNI) and to verify Prometheus' certificate against", CONNECTION,
+        metavar="NAME", shown="the URL's host",
+    )  # fmt: skip
+    log_level: str = option(_choice(*LOG_LEVELS), "warning", "log level", GENERAL, choices=LOG_LEVELS)
+
+    def window(self, now: float) -> tuple[float, float]:
+        """The range, as unix times (start, end)."""
+        end = now if self.until is None else self.until
+        return since_seconds(self.since, end), end
+
+    def check(self) -> None:
+        if self.prometheus is None:
+            raise ConfigError(
+                "smlens report needs --prometheus URL (or SMLENS_PROMETHEUS): the Prometheus to read."
+            )
+        if (self.basic_auth_user is None) != (self.basic_auth_password_file is None):
+            raise ConfigError("--basic-auth-user and --basic-auth-password-file go together; pass both.")
+        if self.bearer_token_file is not None and self.basic_auth_user is not None:
+            raise ConfigError("--bearer-token-file and basic auth exclude each other; pass one of them.")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigError("--cert-file and --key-file go together; pass both.")
+        if self.insecure_skip_verify and self.ca_file is not None:
+            raise ConfigError("--insecure-skip-verify and --ca-file exclude each other; pass one of them.")
+        tls = [flag_of(name) for name in ("ca_file", "cert_file", "server_name") if getattr(self, name)]
+        tls += ["--insecure-skip-verify"] if self.insecure_skip_verify else []
+        if tls and not self.prometheus.startswith("https://"):
+            raise ConfigError(f"{tls[0]} applies to an https:// --prometheus URL only.")
+        now = time.time()
+        start, end = self.window(now)
+        if self.until is not None and self.until > now + 60:
+            raise ConfigError(f"--until {self.until:.0f} is in the future; the range must end by now.")
+        if start >= end:
+            raise ConfigError("--since must be before --until: the range would be empty.")
+
+
 COMMANDS: Mapping[str, type[SourceSettings]] = {"serve": ServeSettings, "check": CheckSettings}
+# Every command whose settings come from flags, the environment and a config file: the node's commands,
+# and report, which reads Prometheus.
+ALL_COMMANDS: Mapping[str, type[SourceSettings | ReportSettings]] = {**COMMANDS, "report": ReportSettings}
 
 
 def options(command: str) -> Iterator[Option]:
-    for f in dataclasses.fields(COMMANDS[command]):
+    for f in dataclasses.fields(ALL_COMMANDS[command]):
         yield Option(name=f.name, **f.metadata["option"])
 
 
 def _all_names() -> set[str]:
-    return {o.name for command in COMMANDS for o in options(command)}
+    return {o.name for command in ALL_COMMANDS for o in options(command)}
 
 
 def _shown_default(o: Option) -> str:
@@ -499,10 +629,16 @@ def resolve(
     command: Literal["check"], flags: Mapping[str, Any], environ: Mapping[str, str] = ...
 ) -> CheckSettings: ...
 @overload
-def resolve(command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = ...) -> SourceSettings: ...
+def resolve(
+    command: Literal["report"], flags: Mapping[str, Any], environ: Mapping[str, str] = ...
+) -> ReportSettings: ...
+@overload
+def resolve(
+    command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = ...
+) -> SourceSettings | ReportSettings: ...
 def resolve(
     command: str, flags: Mapping[str, Any], environ: Mapping[str, str] = os.environ
-) -> SourceSettings:
+) -> SourceSettings | ReportSettings:
     """The settings of ``command``: every value parsed and every rule between values checked."""
     config_raw = flags.get("config") or environ.get(CONFIG_ENV)
     config_path = _config_path(config_raw) if config_raw else None
@@ -523,7 +659,7 @@ def resolve(
             values[o.name] = o.parse(raw)
         except (ValueError, TypeError, OverflowError) as exc:
             raise ConfigError(f"{origin}: {quote(raw)} {exc}.") from None
-    settings = COMMANDS[command](**values)
+    settings = ALL_COMMANDS[command](**values)
     settings.check()
     return settings
 

@@ -14,7 +14,7 @@ MIG: a FakeGpu with ``mig_mode=NVML_DEVICE_MIG_ENABLE`` holds ``gpu_instances``,
 instances (``FakeMigDevice``, one MIG device handle each). Tests reconfigure a running node by changing
 that list (``FakeNode.create_instance`` / ``destroy_instance``): handles of destroyed MIG devices stop
 working, as nvml.h says. Every MIG call was checked against nvml.h of NVIDIA/go-nvml (gen/nvml/nvml.h,
-"NVML VERSION: 13.3.29", commit 2f9e261f) for its arguments and return codes, and against pynvml.py of
+"NVML VERSION: 13.3.29") for its arguments and return codes, and against pynvml.py of
 nvidia-ml-py 13.615.71 (the installed package) for what the Python binding returns:
 
 - nvmlDeviceGetMigMode -> [current, pending]; NOT_SUPPORTED on a GPU without MIG (pre-Ampere).
@@ -35,6 +35,10 @@ nvidia-ml-py 13.615.71 (the installed package) for what the Python binding retur
   device handles (nvml.h: MIG device names, globally unique MIG UUIDs, per-instance memory, attributes
   "currently only supports MIG device handles"). The MIG device name's form ("<GPU name> MIG 1g.18gb")
   is what CUDA reports for MIG devices; NVML's own string was not seen on hardware here.
+- nvmlDeviceGetMemoryInfo(handle) -> c_nvmlMemory_t whose ``used`` is "the sum of reserved and allocated
+  device memory"; with version nvmlMemory_v2 -> c_nvmlMemory_v2_t with ``reserved`` apart and ``used`` the
+  allocated memory only (nvml.h; an H200 without processes answered used 0 there, the reserve in v1's
+  used); FUNCTION_NOT_FOUND where the driver lacks nvmlDeviceGetMemoryInfo_v2 (pynvml's own answer).
 - nvmlDeviceGetMemoryInfo on the GPU handle of a GPU in MIG mode: NO_PERMISSION unless privileged ("In MIG
   mode, if device handle is provided, the API returns aggregate information, only if the caller has
   appropriate privileges").
@@ -126,7 +130,9 @@ class FakeGpu:
     cuda_cores: int | None = 16896
     compute_capability: tuple[int, int] = (9, 0)
     memory_total: int = 150_754_820_096
-    memory_used: int | None = 1_048_576
+    memory_used: int | None = 1_048_576  # allocated: what version 2 of nvmlDeviceGetMemoryInfo says is used
+    memory_reserved: int = 0  # the driver's own reserve: version 2 reports it apart, version 1 within used
+    memory_v2: bool = True  # the driver has nvmlDeviceGetMemoryInfo_v2 (FUNCTION_NOT_FOUND otherwise)
     power_mw: int | None = 120_500
     power_limit_mw: int | None = 700_000
     temperature: int | None = 35
@@ -403,7 +409,15 @@ class FakeNode:
             (gpu.memory_total, gpu.memory_used) if mig is None else (mig[0].memory_total, mig[0].memory_used)
         )
         used = _supported(used)
-        return real.c_nvmlMemory_t(total=total, free=total - used, used=used)
+        reserved = gpu.memory_reserved if mig is None else 0
+        free = total - used - reserved
+        if version is None:  # nvml.h: v1's used is the sum of reserved and allocated memory
+            return real.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
+        if not gpu.memory_v2:
+            raise _error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if version != real.nvmlMemory_v2:
+            raise _error(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return real.c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved, free=free, used=used)
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return _supported(self._device("nvmlDeviceGetPowerUsage", handle).power_mw)
@@ -471,7 +485,7 @@ class FakeNode:
         assert sampling_type == real.NVML_GPU_UTILIZATION_SAMPLES
         if gpu.mig_enabled:
             raise _error(real.NVML_ERROR_NOT_SUPPORTED)
-        # Like the real driver (measured on an H200, driver 580): timestamps compare to the millisecond.
+        # As the real driver does: timestamps compare to the millisecond.
         newer = [s for s in _supported(gpu.utilization_samples) if s[0] // 1000 > last_seen // 1000]
         if not newer:
             raise _error(real.NVML_ERROR_NOT_FOUND)

@@ -53,7 +53,7 @@ _INSTANCE = (
 _TARGET = "smlens at {{ $labels.instance }} (job {{ $labels.job }})"
 
 
-def _alert(
+def alert_rule(
     t: Thresholds, name: str, expr: str, hold: str, severity: str, summary: str, description: str
 ) -> Alert:
     return {
@@ -144,7 +144,7 @@ def _xids(hardware: bool) -> str:
 
 def _busy_but_sm_underused(t: Thresholds) -> Alert:
     sm, util = _gpu_mean(t, SM_ACTIVE_MEAN), _gpu_mean(t, UTILIZATION_MEAN)
-    return _alert(
+    return alert_rule(
         t,
         "GPUBusyButSMUnderused",
         f"{sm} <= {number(t.hollow_sm_active)}\nand\n{util} >= {number(t.busy_utilization)}",
@@ -160,7 +160,7 @@ def _busy_but_sm_underused(t: Thresholds) -> Alert:
 
 def _busy_but_stalled(t: Thresholds) -> Alert:
     sol = mean_expr(GPU, COMPUTE_SOL, t.window)
-    return _alert(
+    return alert_rule(
         t,
         "GPUBusyButStalled",
         # GPUs with few warps resident are GPULowSMOccupancy's, whose fix is more specific.
@@ -186,7 +186,7 @@ def _low_occupancy(t: Thresholds) -> str:
 
 
 def _low_sm_occupancy(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPULowSMOccupancy",
         _low_occupancy(t),
@@ -201,7 +201,7 @@ def _low_sm_occupancy(t: Thresholds) -> Alert:
 
 def _allocated_but_idle(t: Thresholds) -> Alert:
     util, gpu_key = _gpu_mean(t, UTILIZATION_MEAN), _gpu_key(t)
-    return _alert(
+    return alert_rule(
         t,
         "GPUAllocatedButIdle",
         f"max {_per_gpu(t)} (\n  {n.GPU_ALLOCATION_INFO}\n  * on ({gpu_key}) group_left ()\n"
@@ -216,7 +216,7 @@ def _allocated_but_idle(t: Thresholds) -> Alert:
 
 
 def _profiling_unavailable(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPUProfilingMetricsUnavailable",
         f'max {_per_gpu(t)} ({n.GPU_PROFILING_AVAILABLE}{{exporter!="{DCGM_EXPORTER}"}} == 0)\n'
@@ -234,7 +234,7 @@ def _dcgm_exporter_profiling_off(t: Thresholds) -> Alert:
     exports is one setting of its DaemonSet, so a warning per GPU would page a fleet for a choice."""
     c = t.cluster_label
     fields = " and ".join(f"`{f.legacy.name}` / `{f.current.name}`" for f in PROFILING_FIELDS)
-    return _alert(
+    return alert_rule(
         t,
         "GPUDcgmExporterProfilingOff",
         f"count by ({c}) (\n  max by ({c}, hostname, uuid)"
@@ -252,7 +252,7 @@ def _dcgm_exporter_profiling_off(t: Thresholds) -> Alert:
 
 
 def _not_readable(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPUNotReadable",
         f"max {_per_gpu(t)} ({n.GPU_UP} == 0)",
@@ -264,7 +264,7 @@ def _not_readable(t: Thresholds) -> Alert:
 
 
 def _exporter_down(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "SmlensExporterDown",
         f"up{{{_job(t)}}} == 0",
@@ -297,7 +297,7 @@ def _node_without_exporter_expr(cluster: str, job: str) -> str:
 
 
 def _node_without_exporter(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPUNodeWithoutExporter",
         _node_without_exporter_expr(t.cluster_label, _job(t)),
@@ -313,7 +313,7 @@ def _node_without_exporter(t: Thresholds) -> Alert:
 
 
 def _sampling_stalled(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "SmlensSamplingStalled",
         f"{n.SMLENS_SNAPSHOT_AGE_SECONDS} > {n.STALE_INTERVALS} * {n.SMLENS_SAMPLING_INTERVAL_SECONDS}",
@@ -327,7 +327,7 @@ def _sampling_stalled(t: Thresholds) -> Alert:
 
 
 def _backend_down(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "SmlensBackendDown",
         f"{n.SMLENS_BACKEND_UP} == 0",
@@ -340,7 +340,7 @@ def _backend_down(t: Thresholds) -> Alert:
 
 
 def _xid_hardware(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPUXidErrorHardware",
         _xid_within(_xids(hardware=True), t.window, t.cluster_label),
@@ -353,7 +353,7 @@ def _xid_hardware(t: Thresholds) -> Alert:
 
 
 def _xid_other(t: Thresholds) -> Alert:
-    return _alert(
+    return alert_rule(
         t,
         "GPUXidError",
         _xid_within(_xids(hardware=False), t.window, t.cluster_label),
@@ -371,7 +371,7 @@ def _uncorrectable_ecc(t: Thresholds) -> Alert:
     # carries the GPU's owner (smlens labels every series of a GPU one container holds), so no join
     # on gpu_up: one read of the counters, filtered to the GPUs with errors before aggregating.
     ecc = f'{total(n.GPU_ECC_ERRORS)}{{type="uncorrected"}} > 0'
-    return _alert(
+    return alert_rule(
         t,
         "GPUUncorrectableECCErrors",
         f"max {_per_gpu(t)} ({ecc})",
@@ -385,7 +385,7 @@ def _uncorrectable_ecc(t: Thresholds) -> Alert:
 
 def _clock_slowdown(t: Thresholds) -> Alert:
     slowdown = f"{n.GPU_CLOCK_EVENT_ACTIVE}{{reason=~{quoted('|'.join(n.SLOWDOWN_REASONS))}}}"
-    return _alert(
+    return alert_rule(
         t,
         "GPUClockSlowdown",
         f"max by ({t.cluster_label}, {', '.join(GPU_LEVEL_LABELS)}, reason) ({slowdown} == 1)",
@@ -407,7 +407,7 @@ def _mig_instance_hollow(t: Thresholds) -> Alert:
         f"group by ({key}) ({n.GPU_MIG_MEMORY_USED_BYTES} > {number(n.MIG_HELD_MEMORY_BYTES)})\n"
         f'  or\n  group by ({key}) ({n.GPU_MIG_INFO}{{pod!=""}})'
     )
-    return _alert(
+    return alert_rule(
         t,
         "GPUMigInstanceHollow",
         f"{sm} <= {number(t.hollow_sm_active)}\nand on ({key})\n(\n  {held}\n)",

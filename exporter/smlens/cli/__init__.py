@@ -1,4 +1,5 @@
-"""The ``smlens`` command: ``serve`` runs the exporter, ``check`` judges this node once.
+"""The ``smlens`` command: ``serve`` runs the exporter, ``check`` judges this node once, ``report`` sums
+GPU-hours per verdict class and owner from Prometheus.
 
 Each command first resolves its settings and reads every file it names (thresholds, admin token, sim
 scenario) and only then opens NVML, starts threads or binds a socket, so a bad value or file is one
@@ -23,6 +24,7 @@ from smlens.profile.command import add_parser as add_profile_parser
 from smlens.settings import (
     NOT_PAUSABLE,
     CheckSettings,
+    ReportSettings,
     ServeSettings,
     SourceSettings,
     add_flags,
@@ -62,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, summary in (
         ("serve", "run the exporter"),
         ("check", "sample this node for a few seconds and print a verdict per GPU"),
+        ("report", "GPU-hours per verdict class and owner over a range, and their cost, from Prometheus"),
     ):
         sub = commands.add_parser(
             name,
@@ -86,6 +89,7 @@ def _admin_control(sampler: Sampler) -> ProfilingControl:
 def _serve(settings: ServeSettings) -> int:
     from smlens.exposition.live import SnapshotAge, live_registry
     from smlens.exposition.rendered import Publisher
+    from smlens.pipeline.accounting import Accountant
     from smlens.pipeline.attribution import read_sim_pods
     from smlens.pipeline.build import build_sampler
     from smlens.pipeline.heap import release_after_start_up
@@ -103,6 +107,8 @@ def _serve(settings: ServeSettings) -> int:
     try:
         sampler = build_sampler(settings, sim_pods)
         try:
+            if settings.metrics.exports(n.GPU_VERDICT_SECONDS):
+                sampler.attach_accountant(Accountant(limits, sampler.interval))
             publisher, history = Publisher(settings.metrics), History(limits)
             live = live_registry(server.stats, SnapshotAge(lambda: sampler.latest))
             sampler.subscribe(publisher.publish)
@@ -162,8 +168,16 @@ def _check(settings: CheckSettings) -> int:
     return 3
 
 
-def _run(settings: SourceSettings) -> int:
+def _report(settings: ReportSettings) -> int:
+    from smlens.report.command import run
+
+    return run(settings)
+
+
+def _run(settings: SourceSettings | ReportSettings) -> int:
     """The handler of the command whose settings these are, whatever -O does to asserts."""
+    if isinstance(settings, ReportSettings):
+        return _report(settings)
     if isinstance(settings, ServeSettings):
         return _serve(settings)
     if isinstance(settings, CheckSettings):

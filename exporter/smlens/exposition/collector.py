@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from smlens import __version__
 from smlens import names as n
+from smlens.exposition import accounting as accounting_metrics
 from smlens.exposition import instances as instance_metrics
 from smlens.exposition import owners as attribution_metrics
 from smlens.exposition.selection import DEFAULT_SELECTION, Selection
@@ -146,6 +147,8 @@ class SnapshotCollector(Collector):
         if snap.attribution.owner_labels:
             gpu_families = attribution_metrics.with_owner_labels(gpu_families, snap.attribution)
         yield from gpu_families
+        if chosen(n.GPU_VERDICT_SECONDS):
+            yield from accounting_metrics.families(snap)
         yield from attribution_metrics.families(
             snap.attribution, [g.identity for g in snap.gpus], snap.hostname
         )

@@ -16,7 +16,7 @@ from smlens.model import Attribution, GpuIdentity, Workload
 
 _WORKLOAD_LABELS = (*n.GPU_LABELS, *n.OWNER_LABELS, n.SLURM_JOB)
 # Families that carry their own workload labels and so must not get a GPU's owner on top.
-_OWN_LABELS = (n.GPU_ALLOCATION_INFO, n.GPU_WORKLOAD_PREFIX)
+_OWN_LABELS = (n.GPU_ALLOCATION_INFO, n.GPU_WORKLOAD_PREFIX, n.GPU_VERDICT_SECONDS, n.GPU_MIG_SM_SHARE_RATIO)
 
 
 def with_owner_labels(families: Iterable[Metric], attribution: Attribution) -> Iterator[Metric]:

@@ -90,6 +90,14 @@ GROUPS = (
         n.GPU_FP16_ACTIVE_RATIO,
     ),
     _group(
+        "accounting",
+        False,
+        "seconds per verdict class and owner of every GPU and MIG instance (the Waste and cost dashboard, "
+        "`smlens report`), and each MIG instance's share of its GPU",
+        n.GPU_VERDICT_SECONDS,
+        n.GPU_MIG_SM_SHARE_RATIO,
+    ),
+    _group(
         "pcie",
         False,
         "PCIe bytes sent and received, and replays",
@@ -142,7 +150,7 @@ class Selection:
 
     def exports(self, family: str) -> bool:
         """Whether a family (a whole-GPU name, or a MIG instance's twin of one) is exported."""
-        if family.startswith("gpu_mig_"):
+        if family not in SELECTABLE and family.startswith("gpu_mig_"):
             family = "gpu_" + family.removeprefix("gpu_mig_")
         return family not in SELECTABLE or any(family in BY_NAME[g].families for g in self.groups)
 

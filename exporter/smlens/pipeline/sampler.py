@@ -21,8 +21,9 @@ from typing import NamedTuple
 
 from smlens.attribution.refresher import AttributionRefresher
 from smlens.errors import BackendError, GpuLostError
-from smlens.model import EMPTY_ATTRIBUTION, Attribution, GpuIdentity, GpuState, Reading, Snapshot
+from smlens.model import EMPTY, EMPTY_ATTRIBUTION, Attribution, GpuIdentity, GpuState, Reading, Snapshot
 from smlens.pipeline import profiling_policy
+from smlens.pipeline.accounting import Accountant
 from smlens.pipeline.backend_health import BackendHealth
 from smlens.pipeline.fold import GpuTotals, fold
 from smlens.pipeline.profiling_policy import ProfilingChoice
@@ -46,6 +47,7 @@ class _Capture(NamedTuple):
     """One tick's calls: per GPU, an entry per backend that served it."""
 
     taken_at: float
+    at: float  # the sampler's clock when the calls began
     seconds: float
     gpus: list[list[_Entry]]
     attribution: Attribution  # who held the GPUs when the tick was taken
@@ -92,6 +94,7 @@ class Sampler:
         self._listeners: list[Listener] = []
         self._stop = threading.Event()
         self._attribution: AttributionRefresher | None = None
+        self._accountant: Accountant | None = None
         self._ticking = threading.Lock()  # tick() from another thread waits for the sampler's tick
         self.latest: Snapshot | None = None
 
@@ -113,6 +116,10 @@ class Sampler:
     def attach_attribution(self, refresher: AttributionRefresher) -> None:
         """Put the refresher's latest attribution in every snapshot; it starts and closes with the sampler."""
         self._attribution = refresher
+
+    def attach_accountant(self, accountant: Accountant) -> None:
+        """Put the accountant's ledger, folded tick by tick, in every snapshot."""
+        self._accountant = accountant
 
     def open(self, gpus: Sequence[GpuIdentity] | None = None) -> list[GpuIdentity]:
         """Attach every backend to ``gpus`` (discovered by the device source when not given)."""
@@ -160,7 +167,7 @@ class Sampler:
                     gpu.lost_at_capture = True
                     break
         attribution = EMPTY_ATTRIBUTION if self._attribution is None else self._attribution.current()
-        return _Capture(self._wall(), clock() - started, gpus, attribution)
+        return _Capture(self._wall(), started, clock() - started, gpus, attribution)
 
     def _publish(self, captured: _Capture, cpu_started: float) -> Snapshot:
         """Decode and fold one tick, then hand its snapshot to the listeners; ``time.thread_time()`` read
@@ -174,6 +181,8 @@ class Sampler:
         for source in self._sources:
             source.health.end_tick()
         self._sequence += 1
+        accountant = self._accountant
+        ledger = EMPTY if accountant is None else accountant.tick(states, captured.attribution, captured.at)
         snapshot = Snapshot(
             hostname=self._hostname,
             sequence=self._sequence,
@@ -184,6 +193,7 @@ class Sampler:
             gpus=tuple(states),
             attribution=captured.attribution,
             backends=tuple([source.health.stats() for source in self._sources]),
+            ledger=ledger,
         )
         self.latest = snapshot
         for listener in self._listeners:

@@ -9,7 +9,8 @@ Pure numpy on a :class:`~smlens.profile.recording.Recording`; no CUPTI. Definiti
   pipe as the compute speed of light: *idle*, *hollow*, *memory_bound*, *compute_bound*, *stalled* (SMs
   active, but neither DRAM nor a pipe near its peak) or *partial* (kernels on part of the SMs part of the
   time: gaps between kernels, launch- or sync-bound); *unknown* where the verdict needs a pipe the
-  recording lacks (one made before the pipe counters were recorded: only tensor is there);
+  recording lacks (one made before the pipe counters were recorded, or on a GPU whose PM sampling cannot
+  take them in the same pass, GH100 among them: only tensor is there);
 * the hollow share is the busy time of hollow samples over all busy time.
 """
 
@@ -117,7 +118,7 @@ def classify(s: Series, t: Thresholds) -> np.ndarray:
         return np.zeros(0, dtype=np.int8)
     sol = compute_sol(s, t)
     values = (s.busy, s.sm_active, s.occupancy, s.dram, sol)
-    edges = np.array(sorted({v for v in dataclasses.asdict(t).values() if type(v) in (int, float)}))
+    edges = np.array(sorted({v for v in t.as_dict().values() if type(v) in (int, float)}))
     keys = np.stack([_side(np.asarray(v, dtype=np.float64), edges) for v in values], axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     pipes = pipe_activity(s)
@@ -276,16 +277,17 @@ class StepBreakdown:
 
 
 def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
-    """The typical step: the position-wise median of every whole step, cut at its longest quiet moment."""
+    """The typical step: the position-wise median of every whole step, each found where it best matches the
+    typical one (:func:`_step_starts`), cut at its longest quiet moment."""
     p = max(1, round(period.samples))
     grids = {key: _grid(s, s.ratio(key)) for key in s.ratio_keys()}
-    steps = len(grids["busy"]) // p
+    activity = np.nan_to_num(grids["busy"] + grids["sm_active"])
+    starts = _step_starts(activity, period.samples, p)
+    rows = starts[:, None] + np.arange(p)
     with warnings.catch_warnings():  # a position no step has a sample for: NaN, read as idle below
         warnings.simplefilter("ignore", RuntimeWarning)
-        fold = {
-            key: np.nan_to_num(np.nanmedian(g[: steps * p].reshape(steps, p), axis=0))
-            for key, g in grids.items()
-        }
+        fold = {key: np.nan_to_num(np.nanmedian(g[rows], axis=0)) for key, g in grids.items()}
+    steps = len(starts)
     dt = float(np.median(s.seconds))
     start = int(np.argmin(np.convolve(fold["busy"] + fold["sm_active"], np.ones(3) / 3, mode="same")))
     # start the step where its longest idle stretch ends (or at its quietest sample when none is idle)
@@ -326,6 +328,51 @@ def breakdown(s: Series, period: StepPeriod, t: Thresholds) -> StepBreakdown:
     return StepBreakdown(
         p * dt, steps, **{f"{name}_s": seconds[name] for name in CLASS_NAMES}, stretches=stretches
     )
+
+
+STEP_SEARCH = 0.15  # how far (share of the period) a step's start may lie from one period after the last
+TEMPLATE_STEPS = 8  # steps the first template is the median of
+
+
+def _step_starts(x: np.ndarray, period: float, p: int) -> np.ndarray:
+    """Where each whole step of ``x`` (the grid's activity) starts. A training loop's steps are not all one
+    length (a step of 10.8 ms varies by a few samples at 100 us), so steps cut at multiples of the mean period
+    drift from the real ones until, a few hundred steps on, their median mixes every phase with every other.
+    Instead each step is placed where it correlates best with a template of one step, within
+    ``STEP_SEARCH`` of a period after the previous one; the template is the median of the first
+    ``TEMPLATE_STEPS`` steps at multiples of the period, then once more the median of all steps so placed."""
+    if len(x) < p:
+        return np.zeros(0, dtype=np.int64)
+    first = np.rint(np.arange(min(TEMPLATE_STEPS, int((len(x) - p) // period) + 1)) * period)
+    template = np.median(x[first.astype(np.int64)[:, None] + np.arange(p)], axis=0)
+    size = 1 << (len(x) + p).bit_length()
+    spectrum = np.fft.rfft(x, size)
+    starts = _place_steps(spectrum, len(x), template, period)
+    template = np.median(x[starts[:, None] + np.arange(p)], axis=0)
+    return _place_steps(spectrum, len(x), template, period)
+
+
+def _place_steps(spectrum: np.ndarray, n: int, template: np.ndarray, period: float) -> np.ndarray:
+    """Each step's start: the best match of ``template`` within the search window after the last one;
+    ``spectrum`` is the activity's (``n`` samples), zero-padded to twice its length or more."""
+    size = 2 * (len(spectrum) - 1)
+    centred = template - template.mean()
+    # score[i]: x[i : i + p] against the template (the template's mean taken out, so a level shift scores 0)
+    score = np.fft.irfft(spectrum * np.conj(np.fft.rfft(centred, size)), size)[: n - len(template) + 1]
+    reach = max(1, round(STEP_SEARCH * period))
+    nearest_first = np.array(sorted(range(-reach, reach + 1), key=abs))  # a tie goes to the expected start
+
+    def best(expected: int, lo: int) -> int | None:
+        candidates = expected + nearest_first
+        candidates = candidates[(candidates >= lo) & (candidates < len(score))]
+        return int(candidates[np.argmax(score[candidates])]) if len(candidates) else None
+
+    start = best(0, 0)
+    starts: list[int] = []
+    while start is not None:
+        starts.append(start)
+        start = best(round(start + period), start + 1)
+    return np.asarray(starts, dtype=np.int64)
 
 
 def _runs(classes: np.ndarray) -> list[tuple[int, int, int]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -33,7 +34,14 @@ CUPTI_FP64_ACTIVE = "sm__pipe_fp64_cycles_active.avg"
 CUPTI_ALU_ACTIVE = "sm__pipe_alu_cycles_active.avg"
 PIPE_COUNTERS = (CUPTI_FMA_ACTIVE, CUPTI_FP64_ACTIVE, CUPTI_ALU_ACTIVE)
 
-# What every recording holds; a recording made before the pipe counters were asked for lacks those alone.
+# PM sampling takes one pass only, and on GH100 none of the three fits beside REQUIRED (docs/profile.md
+# gives CUPTI's pass counts and the command that reads them), so a capture there holds REQUIRED alone.
+# Where some fit, a capture keeps the most it can, FMA (FP32 and FP16 work) first, then ALU, then FP64
+# (rare in ML work).
+PIPE_PREFERENCE = (CUPTI_FMA_ACTIVE, CUPTI_ALU_ACTIVE, CUPTI_FP64_ACTIVE)
+
+# What every recording holds; one made before the pipe counters were asked for, or on a GPU whose PM
+# sampling cannot take them with these in one pass (GH100), lacks those alone.
 REQUIRED = (
     CUPTI_SM_ACTIVE,
     CUPTI_SM_ELAPSED,
@@ -57,6 +65,14 @@ PEAK_OF = {
         *PIPE_COUNTERS,
     )
 }
+
+
+def pipe_choices() -> list[tuple[str, ...]]:
+    """The sets of pipe counters a capture tries beside REQUIRED, best first: all of them, then fewer, in
+    PIPE_PREFERENCE order (each set in PIPE_COUNTERS order), then none."""
+    rank = {c: i for i, c in enumerate(PIPE_PREFERENCE)}
+    subsets = [s for k in range(len(PIPE_COUNTERS), -1, -1) for s in combinations(PIPE_COUNTERS, k)]
+    return sorted(subsets, key=lambda s: (-len(s), sorted(rank[c] for c in s)))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from smlens.profile.counters import COUNTERS, PEAK_OF, REQUIRED
+from smlens.profile.counters import COUNTERS, PEAK_OF, PIPE_COUNTERS, REQUIRED, pipe_choices
 from smlens.profile.errors import ProfileError
 from smlens.profile.evaluator import ImagePipeline, SharedImage, peak_rss_kib, prepare
 from smlens.profile.recording import Recording
@@ -134,8 +134,8 @@ class Session:
         self._buffer = hardware_buffer_bytes
         self._keep_latest = keep_latest
         self._sampling = False  # between a successful start and stop
-        self._counters: tuple[str, ...] = COUNTERS  # REQUIRED alone where PM sampling refuses the pipes
-        self._pipes_refused: str | None = None  # why, then
+        self._counters: tuple[str, ...] = COUNTERS  # fewer pipe counters where PM sampling refuses them all
+        self._pipes_refused: str | None = None  # which it refused and why, then
 
     def __enter__(self) -> Session:
         from smlens.profile.cuda import retain_primary_context
@@ -153,11 +153,7 @@ class Session:
             raise ProfileError(f"CUPTI cannot start PM sampling on GPU {self.gpu.index}: {exc}") from None
         self._collector = collector
         try:
-            try:
-                self._configure(collector)
-            except ValueError as exc:  # PM sampling refuses the set: try again without the pipe counters
-                self._counters, self._pipes_refused = REQUIRED, str(exc)
-                self._configure(collector)
+            self._configure_fitting(collector)
             image_bytes = self._image_bytes()
         except cu.cuptiError as exc:
             self.close()
@@ -179,6 +175,24 @@ class Session:
 
     def _peak_names(self) -> tuple[str, ...]:
         return tuple(PEAK_OF[c] for c in PEAK_OF if c in self._counters)
+
+    def _configure_fitting(self, collector: Any) -> None:
+        """Configure every counter; where PM sampling refuses the set (it must fit in one pass), the required
+        counters with the most pipe counters that fit (counters.pipe_choices), the refused pipes noted."""
+        refusal: ValueError | None = None
+        for pipes in pipe_choices():
+            self._counters = (*REQUIRED, *pipes)
+            try:
+                self._configure(collector)
+            except ValueError as exc:  # not supported in one pass; a wrong argument would fail every set
+                refusal = refusal or exc
+                continue
+            if refusal is not None:
+                left_out = ", ".join(c for c in PIPE_COUNTERS if c not in pipes)
+                self._pipes_refused = f"{left_out} left out: {refusal}"
+            return
+        assert refusal is not None
+        raise refusal
 
     def _configure(self, collector: Any) -> None:
         mode = self._pm.HardwareBufferAppendMode
@@ -398,7 +412,7 @@ class Session:
                 "start_inferred": settled.start_inferred,
                 "timestamps_filled": settled.timestamps_filled,
                 "dropped_untimed": settled.dropped_untimed,
-                # PM sampling refused the pipe counters (why): the classes need them (docs/profile.md)
+                # the pipe counters PM sampling refused and why: the classes need them (docs/profile.md)
                 **({"pipes_refused": self._pipes_refused} if self._pipes_refused else {}),
             },
         )

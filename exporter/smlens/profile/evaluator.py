@@ -1,8 +1,8 @@
 """Counter evaluation in a worker process, so that a capture's decode loop does nothing but drain the GPU.
 
-Turning a decoded sample into counter values (``cuptiProfilerHostEvaluateToGpuValues``) cost about as much
-host time as decoding it (docs/profile.md, Cost). Done in the loop that drains the GPU's sample buffer, it
-let that buffer overflow at 10 kHz. Here the loop hands each counter-data image, once it holds enough
+Turning a decoded sample into counter values (``cuptiProfilerHostEvaluateToGpuValues``) costs host time of
+its own; done in the loop that drains the GPU's sample buffer, it would hold the drain up until the buffer
+overflows at high rates. Here the loop hands each counter-data image, once it holds enough
 samples, to one worker process and goes on decoding into the next image; the worker evaluates the image's
 samples and the image is reused once they are back.
 

@@ -61,8 +61,8 @@ class Profile:
 
 
 PROFILES: Mapping[str, Profile] = {
-    # Measured shapes on an H200 (../shared/reference/h200-gpm-probe.md; for the compute pipes,
-    # docs/backends-nvml-gpm.md) guided these values.
+    # Shaped after what real kernels read on an H200 (docs/validation.md), so that each profile gets the
+    # verdict its name says.
     "healthy": Profile(
         0.99,
         0.96,

@@ -80,6 +80,31 @@ A file from files/rules or files/dashboards with its threshold placeholders (see
 replaced by the values in .thresholds: differences of two ratios first, then each threshold as a whole
 percentage and as itself. Called with (dict "text" ... "thresholds" ...).
 */}}
+{{/*
+A number as Python's repr writes a float: 3.0, 0.25 (the generated rules' form).
+*/}}
+{{- define "smlens.float" -}}
+{{- $value := float64 . }}
+{{- if eq $value (floor $value) }}{{ printf "%.1f" $value }}{{ else }}{{ toString $value }}{{ end }}
+{{- end }}
+
+{{/*
+The price table's static series, as smlens.bundle.accounting.price_rules writes them: a YAML list.
+*/}}
+{{- define "smlens.priceRules" -}}
+{{- $currency := .currency | default "USD" }}
+{{- $rules := list }}
+{{- range $model, $price := .gpu_hour }}
+{{- $labels := dict "model" $model "currency" $currency }}
+{{- $rules = append $rules (dict "record" "model:gpu_price_per_hour:configured" "expr" (printf "vector(%s)" (include "smlens.float" $price)) "labels" $labels) }}
+{{- end }}
+{{- range $key, $price := .mig_instance_hour }}
+{{- $labels := dict "model" (first (splitList "/" $key)) "mig_profile" (last (splitList "/" $key)) "currency" $currency }}
+{{- $rules = append $rules (dict "record" "model:gpu_price_per_hour:configured" "expr" (printf "vector(%s)" (include "smlens.float" $price)) "labels" $labels) }}
+{{- end }}
+{{- toYaml $rules }}
+{{- end }}
+
 {{- define "smlens.withThresholds" -}}
 {{- $text := .text }}
 {{- $thresholds := .thresholds }}

@@ -1,4 +1,5 @@
-"""The Grafana dashboards: fleet overview, node, single GPU and workload, generated from the thresholds.
+"""The Grafana dashboards: fleet overview, node, single GPU, workload, and waste and cost, generated from
+the thresholds.
 
 Each dashboard reads the recorded layer that matches its selection: the fleet overview the cluster
 layer (its cost does not grow with the number of nodes), the workload dashboard the namespace layer,
@@ -15,7 +16,7 @@ several dashboards share.
 
 from __future__ import annotations
 
-from smlens.bundle.dashboards import fleet, gpu, node, workload
+from smlens.bundle.dashboards import fleet, gpu, node, waste, workload
 from smlens.bundle.dashboards.sections import NEEDS_SMLENS
 from smlens.bundle.grafana import render
 from smlens.verdicts.thresholds import Thresholds
@@ -27,6 +28,7 @@ DASHBOARDS = {
     "smlens-node.json": node.build,
     "smlens-gpu.json": gpu.build,
     "smlens-workload.json": workload.build,
+    "smlens-waste.json": waste.build,
 }
 
 

@@ -85,8 +85,9 @@ def stat(
     ratio: bool = False,
     steps: Steps = (),
     no_value: str = "",
+    min_interval: str = "",
 ) -> Panel:
-    """One number: the value of ``expr`` now."""
+    """One number: the value of ``expr`` now; ``min_interval``: the least $__interval."""
     return Panel(
         "stat",
         title,
@@ -98,6 +99,7 @@ def stat(
         steps=steps,
         options=STAT_OPTIONS,
         no_value=no_value,
+        min_interval=min_interval,
     )
 
 
@@ -114,6 +116,7 @@ def bargauge(
     unit: str = "none",
     ratio: bool = False,
     min_interval: str = "",
+    no_value: str = "",
 ) -> Panel:
     """Horizontal bars, one per series of ``expr`` now; ``min_interval``: the least $__interval."""
     return Panel(
@@ -125,6 +128,7 @@ def bargauge(
         ratio=ratio,
         options=BARGAUGE_OPTIONS,
         min_interval=min_interval,
+        no_value=no_value,
     )
 
 

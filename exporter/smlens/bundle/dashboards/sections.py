@@ -72,6 +72,9 @@ RATIO_MEANINGS = {
 }
 
 
+RULES_STRIP = "Recording rules"
+
+
 def rules_check(e: Exprs, level: Level, selector: str) -> Panel:
     """A full-width strip that says plainly whether the recording rules are loaded, and the fix."""
     loaded = {"text": "smlens recording rules: loaded", "color": "green", "index": 0}
@@ -82,7 +85,7 @@ def rules_check(e: Exprs, level: Level, selector: str) -> Panel:
     }
     return Panel(
         "stat",
-        "Recording rules",
+        RULES_STRIP,
         "Most panels read smlens' recording rules. This strip turns red when smlens reports GPUs but"
         f" the rules' series are missing, so that empty panels never read as idle GPUs. Fix: {RULES_FIX}.",
         [Query(e.rules_loaded(level, selector), instant=True)],

@@ -56,7 +56,7 @@ from smlens.sources.nvml.xids import XidWatch
 
 log = logging.getLogger(__name__)
 
-# Reads that cost milliseconds on an H200 (bench/nvml_call_cost.py) are not made every tick:
+# Reads far slower than the per-tick calls (bench/nvml_call_cost.py times each) are not made every tick:
 DEFAULT_ENERGY_INTERVAL = 15.0  # energy and PCIe replay counters: slow calls, and counters need no more
 DEFAULT_UTILIZATION_INTERVAL = 5.0  # utilization samples: a slow call, and the driver keeps several s of them
 CLOCK_EVENTS = "clock_events"  # key in Reading.missing
@@ -160,6 +160,18 @@ def bind_tick_reads(nv: Any, handle: Any) -> tuple[TickRead, ...]:
         (key, fn, (handle, *(getattr(nv, c) for c in constants)), scale, is_total)
         for key, fn, constants, scale, is_total in TICK_READS
     )
+
+
+def _memory_arguments(nv: Any, handle: Any, label: str) -> tuple[Any, ...]:
+    """nvmlDeviceGetMemoryInfo's arguments for this GPU: version 2 where the driver has it, whose
+    ``used`` leaves out the memory the driver reserves for itself (as nvidia-smi and DCGM's FB_USED
+    do); version 1 counts that reserve as used, so that a GPU without processes would look held."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None and not isinstance(
+        call(nv.nvmlDeviceGetMemoryInfo, handle, version, gpu=label), Absent
+    ):
+        return (handle, version)
+    return (handle,)
 
 
 def decode_plain(
@@ -303,7 +315,7 @@ class NvmlBackend(DeviceSource):
             xid_watch=self._xids.watch(gpu.uuid, handle, label),
             reads=(reads := bind_tick_reads(nv, handle)),
             calls=(
-                (nv.nvmlDeviceGetMemoryInfo, (handle,)),
+                (nv.nvmlDeviceGetMemoryInfo, _memory_arguments(nv, handle, label)),
                 *((getattr(nv, fn), args) for _, fn, args, _, _ in reads),
                 (nv.nvmlDeviceGetFieldValues, (handle, [nv.NVML_FI_DEV_MEMORY_TEMP])),
                 *(
@@ -434,7 +446,7 @@ class NvmlBackend(DeviceSource):
         if device.samples_supported:
             device.next_samples_at = now + self._utilization_interval
             # From just before the newest sample seen, so that it comes back too (see _integrate);
-            # NVML compares these timestamps to the millisecond (measured on an H200, driver 580).
+            # NVML compares these timestamps to the millisecond, so a margin of 10 ms keeps it in.
             since = max((device.last_sample_us or 0) - 10_000, 0)
             got = call(
                 nv.nvmlDeviceGetSamples,

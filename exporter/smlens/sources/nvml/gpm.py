@@ -4,7 +4,7 @@ traffic, from NVML GPM (GPU Performance Monitoring, Hopper and newer).
 Each GPU owns two GPM samples. A read takes a new sample into the older one's place and asks NVML for the
 metrics between the previous sample and the new one, so consecutive reads cover consecutive intervals
 exactly; the first read after attach only takes a sample. NVML_GPM_METRIC_GRAPHICS_UTIL is never asked
-for: it costs more than all the others together (docs/backends-nvml-gpm.md) and repeats NVML utilization.
+for: it repeats NVML utilization (gpu_utilization_ratio), and it is slow to compute.
 
 On a GPU in MIG mode each GPU instance gets its own two samples too (``nvmlGpmMigSampleGet``), with the
 ratio metrics only; its activity comes back in ``Reading.instances``. The MIG layout comes from the NVML

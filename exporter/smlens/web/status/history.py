@@ -4,7 +4,7 @@ The sampler calls :meth:`History.record` once per tick (a listener). It copies f
 verdict of each GPU into preallocated flat arrays, so its memory is fixed when the first snapshot
 arrives: ``capacity * (16 + gpus * 17)`` bytes, ``capacity`` = 15 minutes / interval + 1. Per GPU that
 is 17 bytes a tick (four float32 ratios and a one-byte verdict), 1020 bytes a minute at the default
-1 s interval; docs/status-page.md has the measured figures. Reading (:meth:`History.window`) copies
+1 s interval (tests/test_status_page.py holds the ring to this). Reading (:meth:`History.window`) copies
 the requested points under a lock that the listener holds only to store one tick.
 """
 

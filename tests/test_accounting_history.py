@@ -1,0 +1,129 @@
+"""The accounting rules and the Waste and cost dashboard on a known history (tests/accounting_history.py):
+the per-owner layer is evaluated over four backfilled hours by ``promtool tsdb create-blocks-from rules``,
+as Prometheus would have written it, and the dashboard's GPU-hours per job and class are compared with
+what the exporter counted, second by second.
+
+Prometheus 2.42 takes the per-second rates from ``rate()`` over the rule window, which extrapolates at
+the edges of each series' life: this test measures how far that lands from the truth, and holds the
+bundle to the bound docs/accounting.md gives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from accounting_history import SCRAPE, History, backfill, copy_blocks, recent, serve
+from promstack import panel_queries, require_any, substitute
+from smlens.bundle import accounting, rules
+from smlens.verdicts import thresholds
+
+T = thresholds.load()
+W = T.window
+OWNER = accounting.name("owner", accounting.SECONDS, W)
+JOB = ("cluster", "namespace", "owner_kind", "owner_name", "verdict")
+# Per incarnation of a series, what the rate windows may be off by at its ends: a scrape interval on
+# either side.
+PER_INCARNATION = 2 * SCRAPE
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[History, str]]:
+    """The history, and a Prometheus serving it with the owner layer recorded over it."""
+    promtool = require_any("promtool")
+    workdir = tmp_path_factory.mktemp("history")
+    history = recent()
+    backfill(history, workdir / "raw", workdir)
+    owner_rule = next(
+        rule
+        for group in yaml.safe_load(rules.rule_files(T)[rules.ACCOUNTING_FILE])["groups"]
+        for rule in group["rules"]
+        if rule.get("record") == OWNER
+    )
+    rule_file = workdir / "owner.rules.yaml"
+    rule_file.write_text(
+        yaml.safe_dump({"groups": [{"name": "owner", "interval": "1m", "rules": [owner_rule]}]})
+    )
+    with serve(workdir / "first", workdir / "raw") as url:
+        result = subprocess.run(
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--start={int(history.start)}",
+                f"--end={int(history.end)}",
+                f"--url={url}",
+                f"--output-dir={workdir / 'recorded'}",
+                "--eval-interval=60s",
+                str(rule_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    data = workdir / "both"
+    copy_blocks(workdir / "raw", data)
+    copy_blocks(workdir / "recorded", data)
+    with serve(workdir / "second", data) as url:
+        yield history, url
+
+
+def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": expr, "time": at}, timeout=60).json()
+    assert answer["status"] == "success", answer
+    result: list[dict[str, Any]] = answer["data"]["result"]
+    return result
+
+
+def _panel(title: str) -> str:
+    model = json.loads((Path(__file__).parent.parent / "dashboards" / "smlens-waste.json").read_text())
+    (expr, *_) = [e for t, e in panel_queries(model) if t == title]
+    return expr
+
+
+@pytest.mark.parametrize("hours", [1, 2, 3])
+def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bound(
+    recorded: tuple[History, str], hours: int
+) -> None:
+    history, url = recorded
+    # The subquery samples the window means at whole windows of the clock: a dashboard opened at any
+    # other moment (this one, a second past) reads the range up to the last whole window. Prometheus 2
+    # would take a sample at an aligned range's start as well (its ranges are closed on the left).
+    end = history.end - 600  # the last rule window of the history is full
+    start = end - hours * 3600
+    asked = end + 1
+    key = _panel("GPU-hours per job").removeprefix("topk(40, ").removesuffix(")")
+    key = key.replace("sum by (cluster, namespace, owner_kind, owner_name)", f"sum by ({', '.join(JOB)})")
+    builtins = {"__range": f"{hours}h", "__interval": W, "__interval_ms": "600000", "__rate_interval": "1m"}
+    answered = _query(url, substitute(key, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
+    # A class a job had before the range reads 0 in it: rows of no time are no time.
+    found = {tuple(s["metric"].get(k, "") for k in JOB): float(s["value"][1]) * 3600 for s in answered}
+    found = {k: v for k, v in found.items() if v > 0}
+    truth = history.gpu_seconds(start, end, JOB)
+    bound = {k: v * PER_INCARNATION / SCRAPE for k, v in history.tolerance(start, end, JOB).items()}
+    assert set(found) == {k for k, v in truth.items() if v > 0}
+    off = {k: (found[k], truth[k], bound[k]) for k in truth if abs(found.get(k, 0.0) - truth[k]) > bound[k]}
+    assert not off, off
+
+
+def test_cost_panels_say_so_without_a_price_table(recorded: tuple[History, str]) -> None:
+    history, url = recorded
+    assert _query(url, accounting.PRICE, history.end) == []
+    model = json.loads((Path(__file__).parent.parent / "dashboards" / "smlens-waste.json").read_text())
+    costs = [
+        p
+        for p in model["panels"]
+        if p["title"].startswith("Cost per") or p["title"].startswith("Top wasters: money")
+    ]
+    assert len(costs) == 3
+    for panel in costs:
+        assert "no price table" in panel["fieldConfig"]["defaults"]["noValue"]
