@@ -12,6 +12,7 @@ bundle to the bound docs/accounting.md gives.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import yaml
 
 from accounting_history import SCRAPE, History, backfill, copy_blocks, recent, serve
 from promstack import panel_queries, require_any, substitute
+from smlens import names as n
 from smlens.bundle import accounting, rules
 from smlens.verdicts import thresholds
 
@@ -80,16 +82,16 @@ def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
     return result
 
 
-def _panel(title: str) -> str:
+def _panel(title: str) -> list[str]:
     model = json.loads((Path(__file__).parent.parent / "dashboards" / "smlens-waste.json").read_text())
-    (expr, *_) = [e for t, e in panel_queries(model) if t == title]
-    return expr
+    return [e for t, e in panel_queries(model) if t == title]
 
 
 @pytest.mark.parametrize("hours", [1, 2, 3])
 def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bound(
     recorded: tuple[History, str], hours: int
 ) -> None:
+    """Each class column of the job table, and its Total, as the dashboard sends them."""
     history, url = recorded
     # The subquery samples the window means at whole windows of the clock: a dashboard opened at any
     # other moment (this one, a second past) reads the range up to the last whole window. Prometheus 2
@@ -97,18 +99,35 @@ def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bou
     end = history.end - 600  # the last rule window of the history is full
     start = end - hours * 3600
     asked = end + 1
-    key = _panel("GPU-hours per job").removeprefix("topk(40, ").removesuffix(")")
-    key = key.replace("sum by (cluster, namespace, owner_kind, owner_name)", f"sum by ({', '.join(JOB)})")
     builtins = {"__range": f"{hours}h", "__interval": W, "__interval_ms": "600000", "__rate_interval": "1m"}
-    answered = _query(url, substitute(key, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
+    total, *columns = _panel("GPU-hours per job")
+    column_of = {}  # each class, the column (its classes, "|"-joined) that sums it
+    found: dict[tuple[str, ...], float] = {}
+    for expr in columns:
+        (classes,) = re.findall(r'verdict=~?"([\w|]+)"', expr)
+        column_of.update(dict.fromkeys(classes.split("|"), classes))
+        answered = _query(url, substitute(expr, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
+        for s in answered:
+            found[(*(s["metric"].get(k, "") for k in JOB[:-1]), classes)] = float(s["value"][1]) * 3600
+    assert set(column_of) == set(n.VERDICT_CODES)
     # A class a job had before the range reads 0 in it: rows of no time are no time.
-    found = {tuple(s["metric"].get(k, "") for k in JOB): float(s["value"][1]) * 3600 for s in answered}
     found = {k: v for k, v in found.items() if v > 0}
-    truth = history.gpu_seconds(start, end, JOB)
-    bound = {k: v * PER_INCARNATION / SCRAPE for k, v in history.tolerance(start, end, JOB).items()}
+    truth: dict[tuple[str, ...], float] = {}
+    bound: dict[tuple[str, ...], float] = {}
+    for key, seconds in history.gpu_seconds(start, end, JOB).items():
+        column = (*key[:-1], column_of[key[-1]])
+        truth[column] = truth.get(column, 0.0) + seconds
+    for key, seconds in history.tolerance(start, end, JOB).items():
+        column = (*key[:-1], column_of[key[-1]])
+        bound[column] = bound.get(column, 0.0) + seconds * PER_INCARNATION / SCRAPE
     assert set(found) == {k for k, v in truth.items() if v > 0}
     off = {k: (found[k], truth[k], bound[k]) for k in truth if abs(found.get(k, 0.0) - truth[k]) > bound[k]}
     assert not off, off
+    answered = _query(url, substitute(total, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
+    totals = {tuple(s["metric"].get(k, "") for k in JOB[:-1]): float(s["value"][1]) * 3600 for s in answered}
+    for job, seconds in totals.items():
+        classes = sum(v for k, v in found.items() if k[:-1] == job)
+        assert seconds == pytest.approx(classes, abs=1e-6), job
 
 
 def test_cost_panels_say_so_without_a_price_table(recorded: tuple[History, str]) -> None:

@@ -250,7 +250,10 @@ def test_every_dashboard_has_the_cluster_variable_and_the_rules_strip() -> None:
 
 
 def test_lists_of_gpus_and_pods_are_bounded() -> None:
-    """With All selected, panels that list GPUs or pods show the worst few, not thousands of rows."""
+    """With All selected, panels that list GPUs or pods show the worst few, not thousands of rows. The
+    waste dashboard's tables list every job (rows summed over a job's pods and GPUs): bounding each of
+    their class columns by the Total's topk would integrate the range once more per column."""
+    jobs = "sum by (cluster, namespace, owner_kind, owner_name"
     for name, model in _committed().items():
         for panel in model["panels"]:
             if panel["type"] not in ("table", "xychart", "bargauge") or name == "smlens-node.json":
@@ -258,4 +261,5 @@ def test_lists_of_gpus_and_pods_are_bounded() -> None:
             for target in panel["targets"]:
                 expr = target["expr"]
                 bounded = re.search(r"\b(topk|bottomk)\(\d+,", expr) or "namespace:" in expr
-                assert bounded, f"{name} / {panel['title']}: {expr}"
+                every_job = name == "smlens-waste.json" and panel["type"] == "table" and expr.startswith(jobs)
+                assert bounded or every_job, f"{name} / {panel['title']}: {expr}"

@@ -155,14 +155,19 @@ def table(
     on: str | None = None,
     overrides: Sequence[Mapping[str, Any]] = (),
     no_value: str = "",
+    every_row: bool = False,
+    min_interval: str = "",
 ) -> Panel:
     """One row per series of the ``key`` column (name, expression); every other column is an expression
     restricted to those rows (matched on all labels, or ``on`` these). Sorted by ``sort_by``, the key
-    column by default."""
+    column by default. ``every_row``: the key selects no rows, each column answers alone, so that the
+    key is evaluated once, not once per column. ``min_interval``: the least $__interval."""
     key_name, key_expr = key
     matching = f"and on ({on})" if on else "and"
     queries = [Query(key_expr, instant=True)]
-    queries += [Query(f"{expr}\n{matching}\n{key_expr}", instant=True) for _, expr in columns]
+    queries += [
+        Query(expr if every_row else f"{expr}\n{matching}\n{key_expr}", instant=True) for _, expr in columns
+    ]
     names = [key_name, *(name for name, _ in columns)]
     return Panel(
         "table",
@@ -180,6 +185,7 @@ def table(
         overrides=overrides,
         transformations=joined(names),
         no_value=no_value,
+        min_interval=min_interval,
     )
 
 

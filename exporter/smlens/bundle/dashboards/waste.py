@@ -15,15 +15,17 @@ from smlens.bundle.layers import TOP_GPUS
 from smlens.bundle.promql import total
 from smlens.verdicts.thresholds import Thresholds
 
-# Columns of the tables, in the order people read them: what worked, what wasted, the rest.
+# Columns of the tables, in the order people read them: what worked, what wasted, the rest; each the
+# classes it sums, so that the columns add up to the Total.
 CLASSES = (
-    (n.VERDICT_COMPUTE_BOUND, "Compute-bound"),
-    (n.VERDICT_MEMORY_BOUND, "Memory-bound"),
-    (n.VERDICT_PARTIAL, "Partial"),
-    (n.VERDICT_STALLED, "Stalled"),
-    (n.VERDICT_HOLLOW, "Hollow"),
-    (n.VERDICT_IDLE_MEMORY_HELD, "Idle, memory held"),
-    (n.VERDICT_IDLE, "Idle"),
+    ((n.VERDICT_COMPUTE_BOUND,), "Compute-bound"),
+    ((n.VERDICT_MEMORY_BOUND,), "Memory-bound"),
+    ((n.VERDICT_PARTIAL,), "Partial"),
+    ((n.VERDICT_STALLED,), "Stalled"),
+    ((n.VERDICT_HOLLOW,), "Hollow"),
+    ((n.VERDICT_IDLE_MEMORY_HELD,), "Idle, memory held"),
+    ((n.VERDICT_IDLE,), "Idle"),
+    ((n.VERDICT_NO_PROFILING, n.VERDICT_UNKNOWN, n.VERDICT_DOWN), "Not judged"),
 )
 JOB_LEGEND = "{{namespace}} {{owner_kind}}/{{owner_name}}"
 NO_PRICES = (
@@ -47,6 +49,10 @@ def _wasted(selector: str) -> str:
     """The selector, narrowed to the classes in which a workload's GPUs are wasted."""
     wasted = "|".join((*n.WASTED_VERDICTS, *n.WASTED_WHEN_HELD))
     return selector[:-1] + f', {n.VERDICT}=~"{wasted}", {n.OWNER_KIND}!=""}}'
+
+
+def _matcher(codes: tuple[str, ...]) -> str:
+    return f'{n.VERDICT}="{codes[0]}"' if len(codes) == 1 else f'{n.VERDICT}=~"{"|".join(codes)}"'
 
 
 def _check(e: Exprs) -> Panel:
@@ -94,22 +100,24 @@ def _prices(e: Exprs) -> Panel:
 def _class_table(e: Exprs, metric: str, level: str, selector: str, by: str, title: str, what: str) -> Panel:
     total = _hours(e, metric, level, selector, by)
     columns = [
-        (label, _hours(e, metric, level, selector[:-1] + f', {n.VERDICT}="{code}"}}', by))
-        for code, label in CLASSES
+        (label, _hours(e, metric, level, selector[:-1] + f", {_matcher(codes)}}}", by))
+        for codes, label in CLASSES
     ]
     unit = "h" if metric == a.SECONDS else "none"
     return table(
         title,
         f"{what} over the dashboard's range, by the verdict class the GPUs were in, second by second"
-        f" ({e.t.window} means integrated); the {TOP_GPUS * 2} largest. A MIG instance counts its share of"
-        f" its GPU.",
-        ("Total", f"topk({TOP_GPUS * 2}, {total})"),
+        f" ({e.t.window} means integrated), largest first; not judged: no profiling, unknown or down. A"
+        " MIG instance counts its share of its GPU.",
+        ("Total", total),
         columns,
         on=by,
         overrides=[
             {"matcher": {"id": "byRegexp", "options": ".*"}, "properties": [{"id": "unit", "value": unit}]}
         ],
         no_value=NO_PRICES if metric == a.COST else NO_ACCOUNTING,
+        every_row=True,
+        min_interval=e.w,
     )
 
 
