@@ -335,9 +335,7 @@ class ExpectedVerdict:
 
 # The verdict each of these workloads must get (smlens.verdicts.judge, thresholds.yaml's values).
 VERDICTS: Mapping[str, ExpectedVerdict] = {
-    "idle": ExpectedVerdict(
-        n.VERDICT_IDLE_MEMORY_HELD, "no kernel; the harness' own CUDA context holds memory on the GPU"
-    ),
+    "idle": ExpectedVerdict(n.VERDICT_IDLE, "no kernel, no memory held"),
     "spin_one_warp": ExpectedVerdict(n.VERDICT_HOLLOW, "busy, but one SM of all"),
     "spin_warp_per_sm": ExpectedVerdict(n.VERDICT_STALLED, "every SM active, no pipe and no DRAM busy"),
     "spin_8_warps_per_sm": ExpectedVerdict(

@@ -21,6 +21,8 @@ PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
+# The metric groups every exporter of the harness serves: the accounting group's counters are checked too.
+METRICS = ("--metrics", "default,accounting")
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.truth.exporter import REPO, Exporter, smlens_env
+from bench.truth.exporter import METRICS, REPO, Exporter, smlens_env
 
 USER = "nobody"
 
@@ -50,7 +50,13 @@ def run_unprivileged(
         env = smlens_env(source, HOME=scratch, PYTHONDONTWRITEBYTECODE="1")
         try:
             with Exporter(
-                log, interval, env=env, user=account.pw_uid, group=account.pw_gid, cwd=Path(scratch)
+                log,
+                interval,
+                *METRICS,
+                env=env,
+                user=account.pw_uid,
+                group=account.pw_gid,
+                cwd=Path(scratch),
             ) as exporter:
                 exporter.wait_ready()
                 time.sleep(settle)

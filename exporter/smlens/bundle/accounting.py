@@ -51,6 +51,8 @@ FALLBACKS = (
     (f'pod="", {n.SLURM_JOB}!=""', n.OWNER_KIND_SLURM_JOB, n.SLURM_JOB),
 )
 NO_WORKLOAD = f'pod="", {n.SLURM_JOB}=""'
+# The top owner of each pod that holds a GPU (value 1), recorded as kubernetes-mixin records pods' workloads.
+GPU_POD_OWNER = "namespace_owner_pod:kube_pod_owner:gpu_top"
 
 
 def name(level: str, metric: str, window: str) -> str:
@@ -86,12 +88,13 @@ def top_owner(cluster: str, window: str) -> str:
     return f"topk by ({cluster}, {n.NAMESPACE}, {n.POD}) (1,\n{union}\n)"
 
 
-def _with_owner(series: Matched, cluster: str, gpu_key: str, window: str) -> str:
-    """``series`` (of the series' own matchers) with owner labels: the top owner of its pod, else its
-    pod, else its Slurm job, else none; ``gpu_key`` the labels that tell its series apart."""
+def _with_owner(series: Matched, cluster: str, gpu_key: str, owners: str, unowned: bool = True) -> str:
+    """``series`` (of the series' own matchers) with owner labels: the top owner of its pod (``owners``:
+    top_owner's expression or its recorded series), else its pod, else its Slurm job, else (``unowned``)
+    none; ``gpu_key`` the labels that tell its series apart."""
     branches = [
         f"(\n{series(FALLBACKS[0][0])}\n)\n* on ({cluster}, {n.NAMESPACE}, {n.POD})"
-        f" group_left ({n.OWNER_KIND}, {n.OWNER_NAME}) (\n{top_owner(cluster, window)}\n)"
+        f" group_left ({n.OWNER_KIND}, {n.OWNER_NAME}) (\n{owners}\n)"
     ]
     for matchers, kind, source in FALLBACKS:
         relabelled = (
@@ -99,7 +102,8 @@ def _with_owner(series: Matched, cluster: str, gpu_key: str, window: str) -> str
             f' "{n.OWNER_NAME}", "$1", "{source}", "(.+)")'
         )
         branches.append(f"or on ({gpu_key})\n{relabelled}")
-    branches.append(f"or\n{series(NO_WORKLOAD)}")
+    if unowned:
+        branches.append(f"or\n{series(NO_WORKLOAD)}")
     return "\n".join(branches)
 
 
@@ -128,7 +132,7 @@ def _gpu_seconds(t: Thresholds) -> Matched:
 def _owner_seconds(t: Thresholds) -> str:
     c = t.cluster_label
     gpu_key = ", ".join((c, *n.VERDICT_SECONDS_LABELS))
-    owned = _with_owner(_gpu_seconds(t), c, gpu_key, t.window)
+    owned = _with_owner(_gpu_seconds(t), c, gpu_key, top_owner(c, t.window))
     return f"sum by ({c}, {', '.join(OWNER_LEVEL_LABELS)}) (\n{owned}\n)"
 
 
@@ -167,9 +171,19 @@ def price_rules(prices: Prices) -> list[Rule]:
     return rules
 
 
+def _gpu_pod_owner(t: Thresholds) -> str:
+    """top_owner of the pods that hold a GPU: what GPUJobSlowRank joins its GPUs with, evaluated once a
+    cycle here rather than once per side of the alert's comparison."""
+    c, w = t.cluster_label, t.window
+    pod = f"{c}, {n.NAMESPACE}, {n.POD}"
+    held = f'group by ({pod}) ({mean_name(GPU, UTILIZATION_MEAN, w)}{{{n.POD}!=""}})'
+    return f"{top_owner(c, w)}\nand on ({pod})\n{held}"
+
+
 def recording_rules(t: Thresholds) -> list[Rule]:
     w, c = t.window, t.cluster_label
     rules: list[Rule] = [
+        {"record": GPU_POD_OWNER, "expr": _gpu_pod_owner(t)},
         {"record": name("owner", SECONDS, w), "expr": _owner_seconds(t)},
         {"record": name("owner", COST, w), "expr": _owner_cost(t)},
     ]
@@ -188,7 +202,7 @@ def recording_rules(t: Thresholds) -> list[Rule]:
 def _slow_rank(t: Thresholds) -> Alert:
     """A GPU hollow or stalled while at least as many GPUs of its job work (their SMs active, neither
     hollow nor stalled): a job uniformly hollow is GPUBusyButSMUnderused's, a job on one GPU has no
-    other GPU to be slower than."""
+    other GPU to be slower than, and GPUs no workload holds are no job."""
     w, c = t.window, t.cluster_label
     gpu_key = ", ".join((c, n.HOSTNAME, n.GPU, n.UUID, *n.OWNER_LABELS))
 
@@ -206,27 +220,61 @@ def _slow_rank(t: Thresholds) -> Alert:
         )
 
     job = f"{c}, {', '.join(OWNER_LABELS)}"
-    wasting_owned = _with_owner(wasting, c, gpu_key, w)
-    working_owned = _with_owner(working, c, gpu_key, w)
-    expr = (
-        f"(\n{wasting_owned}\n)\nand on ({job}) (\n"
-        f"  count by ({job}) (\n{working_owned}\n  )\n"
-        f"  >= on ({job})\n"
-        f"  count by ({job}) (\n{wasting_owned}\n  )\n)"
+    kube = _straggler(
+        _with_owner(wasting, c, gpu_key, GPU_POD_OWNER, unowned=False),
+        _with_owner(working, c, gpu_key, GPU_POD_OWNER, unowned=False),
+        job,
+    )
+    owner = (
+        f"{{{{ if $labels.{n.POD} }}}}pod {{{{ $labels.{n.NAMESPACE} }}}}/{{{{ $labels.{n.POD} }}}} of"
+        f" {{{{ end }}}}{{{{ $labels.{n.OWNER_KIND} }}}} {{{{ $labels.{n.OWNER_NAME} }}}}"
     )
     return alert_rule(
         t,
         "GPUJobSlowRank",
-        expr,
+        f"(\n{kube}\n)\nor\n(\n{_slurm_straggler(t)}\n)",
         t.slow_rank_for,
         "warning",
         "One GPU of a multi-GPU job is hollow or stalled while the job's other GPUs work",
-        "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on node {{ $labels.hostname }}, pod"
-        " {{ $labels.namespace }}/{{ $labels.pod }} of {{ $labels.owner_kind }} {{ $labels.owner_name }},"
-        f" has been hollow or stalled ({w} means) while at least as many of the job's GPUs worked: a"
+        "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on node {{ $labels.hostname }}, "
+        f"{owner}, has been hollow or stalled ({w} means) while at least as many of the job's GPUs worked: a"
         " straggler (data-loading skew, a bad node, a slow link in a collective) that the whole job"
         " waits for.",
     )
+
+
+def _straggler(wasting: str, working: str, job: str) -> str:
+    """The ``wasting`` GPUs of jobs (``job``: their labels) with at least as many ``working`` ones."""
+    return (
+        f"(\n{wasting}\n)\nand on ({job}) (\n"
+        f"  count by ({job}) (\n{working}\n  )\n"
+        f"  >= on ({job})\n"
+        f"  count by ({job}) (\n{wasting}\n  )\n)"
+    )
+
+
+def _slurm_straggler(t: Thresholds) -> str:
+    """The same for Slurm jobs, from the accounting counters: a Slurm node's per-GPU series carry no job,
+    its verdict counters do. A GPU (or MIG instance) wastes while over half its seconds are hollow or
+    stalled, and works while over half are compute- or memory-bound."""
+    c, w = t.cluster_label, t.window
+    key = f"{c}, {n.HOSTNAME}, {n.GPU}, {n.UUID}, {n.GPU_INSTANCE}, {n.SLURM_JOB}"
+    counter = total(n.GPU_VERDICT_SECONDS)
+
+    def share(verdicts: tuple[str, ...]) -> str:
+        matchers = f'{n.SLURM_JOB}!="", {n.VERDICT}=~"{"|".join(verdicts)}"'
+        return (
+            f"  sum by ({key}) (\n"
+            f"    max by ({key}, {n.VERDICT}) (rate({counter}{{{matchers}}}[{w}]))\n  ) > 0.5"
+        )
+
+    wasting = share((n.VERDICT_HOLLOW, n.VERDICT_STALLED))
+    named = (
+        f'label_replace(label_replace(\n{wasting}\n, "{n.OWNER_KIND}", "{n.OWNER_KIND_SLURM_JOB}", "", ""),'
+        f' "{n.OWNER_NAME}", "$1", "{n.SLURM_JOB}", "(.+)")'
+    )
+    working = share((n.VERDICT_COMPUTE_BOUND, n.VERDICT_MEMORY_BOUND))
+    return _straggler(named, working, f"{c}, {n.SLURM_JOB}")
 
 
 def alerting_rules(t: Thresholds) -> list[Alert]:
