@@ -26,6 +26,7 @@ from accounting_history import SCRAPE, History, backfill, copy_blocks, recent, s
 from promstack import panel_queries, require_any, substitute
 from smlens import names as n
 from smlens.bundle import accounting, rules
+from smlens.bundle.dashboards import waste
 from smlens.verdicts import thresholds
 
 T = thresholds.load()
@@ -82,6 +83,12 @@ def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
     return result
 
 
+def _row(series: dict[str, Any], labels: tuple[str, ...]) -> tuple[str, ...]:
+    """A table row's key, its owner labels as the history writes them (empty where no workload)."""
+    values = (series["metric"].get(k, "") for k in labels)
+    return tuple("" if value == waste.NO_OWNER else value for value in values)
+
+
 def _panel(title: str) -> list[str]:
     model = json.loads((Path(__file__).parent.parent / "dashboards" / "smlens-waste.json").read_text())
     return [e for t, e in panel_queries(model) if t == title]
@@ -108,7 +115,9 @@ def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bou
         column_of.update(dict.fromkeys(classes.split("|"), classes))
         answered = _query(url, substitute(expr, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
         for s in answered:
-            found[(*(s["metric"].get(k, "") for k in JOB[:-1]), classes)] = float(s["value"][1]) * 3600
+            # Grafana's merge matches rows on the labels every frame has: each row carries all of them.
+            assert set(JOB[:-1]) <= set(s["metric"]), s["metric"]
+            found[(*_row(s, JOB[:-1]), classes)] = float(s["value"][1]) * 3600
     assert set(column_of) == set(n.VERDICT_CODES)
     # A class a job had before the range reads 0 in it: rows of no time are no time.
     found = {k: v for k, v in found.items() if v > 0}
@@ -124,7 +133,8 @@ def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bou
     off = {k: (found[k], truth[k], bound[k]) for k in truth if abs(found.get(k, 0.0) - truth[k]) > bound[k]}
     assert not off, off
     answered = _query(url, substitute(total, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
-    totals = {tuple(s["metric"].get(k, "") for k in JOB[:-1]): float(s["value"][1]) * 3600 for s in answered}
+    totals = {_row(s, JOB[:-1]): float(s["value"][1]) * 3600 for s in answered}
+    assert {job for job, seconds in totals.items() if seconds > 0} == {k[:-1] for k in found}
     for job, seconds in totals.items():
         classes = sum(v for k, v in found.items() if k[:-1] == job)
         assert seconds == pytest.approx(classes, abs=1e-6), job

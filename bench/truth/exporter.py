@@ -22,7 +22,7 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
 # The metric groups every exporter of the harness serves: the accounting group's counters are checked too.
-METRICS = ("--metrics", "default,accounting")
+METRIC_GROUP_ARGS = ("--metrics", "default,accounting")
 
 
 def free_port() -> int:

@@ -45,7 +45,7 @@ from bench.truth.compare import (
 )
 from bench.truth.expect import VERDICTS, checks_for, spin_shapes
 from bench.truth.exporter import (
-    METRICS,
+    METRIC_GROUP_ARGS,
     PROMETHEUS_ACCEPT,
     REPO,
     CheckRun,
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     readings: list[WorkloadReading] = []
     latency: list[Outcome] = []
     idle_cost = None
-    with Exporter(out / "exporter.log", args.interval, *METRICS) as exporter:
+    with Exporter(out / "exporter.log", args.interval, *METRIC_GROUP_ARGS) as exporter:
         exporter.wait_ready()
         time.sleep(timing.warmup)
         first = exporter.scrape()

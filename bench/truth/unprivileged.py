@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.truth.exporter import METRICS, REPO, Exporter, smlens_env
+from bench.truth.exporter import METRIC_GROUP_ARGS, REPO, Exporter, smlens_env
 
 USER = "nobody"
 
@@ -52,7 +52,7 @@ def run_unprivileged(
             with Exporter(
                 log,
                 interval,
-                *METRICS,
+                *METRIC_GROUP_ARGS,
                 env=env,
                 user=account.pw_uid,
                 group=account.pw_gid,

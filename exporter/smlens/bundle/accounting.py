@@ -52,7 +52,7 @@ FALLBACKS = (
 )
 NO_WORKLOAD = f'pod="", {n.SLURM_JOB}=""'
 # The top owner of each pod that holds a GPU (value 1), recorded as kubernetes-mixin records pods' workloads.
-GPU_POD_OWNER = "namespace_owner_pod:kube_pod_owner:gpu_top"
+GPU_POD_OWNER = "namespace_owner_pod:kube_pod_owner:top_of_gpu_pods"
 
 
 def name(level: str, metric: str, window: str) -> str:
@@ -88,21 +88,22 @@ def top_owner(cluster: str, window: str) -> str:
     return f"topk by ({cluster}, {n.NAMESPACE}, {n.POD}) (1,\n{union}\n)"
 
 
-def _with_owner(series: Matched, cluster: str, gpu_key: str, owners: str, unowned: bool = True) -> str:
+def _with_owner(series: Matched, cluster: str, gpu_key: str, owners: str, pods_only: bool = False) -> str:
     """``series`` (of the series' own matchers) with owner labels: the top owner of its pod (``owners``:
-    top_owner's expression or its recorded series), else its pod, else its Slurm job, else (``unowned``)
-    none; ``gpu_key`` the labels that tell its series apart."""
+    top_owner's expression or its recorded series), else its pod, else its Slurm job, else none;
+    ``pods_only``: the series of pods alone (per-GPU series carry no Slurm job); ``gpu_key`` the labels
+    that tell its series apart."""
     branches = [
         f"(\n{series(FALLBACKS[0][0])}\n)\n* on ({cluster}, {n.NAMESPACE}, {n.POD})"
         f" group_left ({n.OWNER_KIND}, {n.OWNER_NAME}) (\n{owners}\n)"
     ]
-    for matchers, kind, source in FALLBACKS:
+    for matchers, kind, source in FALLBACKS[:1] if pods_only else FALLBACKS:
         relabelled = (
             f'label_replace(label_replace(\n{series(matchers)}\n, "{n.OWNER_KIND}", "{kind}", "", ""),'
             f' "{n.OWNER_NAME}", "$1", "{source}", "(.+)")'
         )
         branches.append(f"or on ({gpu_key})\n{relabelled}")
-    if unowned:
+    if not pods_only:
         branches.append(f"or\n{series(NO_WORKLOAD)}")
     return "\n".join(branches)
 
@@ -221,8 +222,8 @@ def _slow_rank(t: Thresholds) -> Alert:
 
     job = f"{c}, {', '.join(OWNER_LABELS)}"
     kube = _straggler(
-        _with_owner(wasting, c, gpu_key, GPU_POD_OWNER, unowned=False),
-        _with_owner(working, c, gpu_key, GPU_POD_OWNER, unowned=False),
+        _with_owner(wasting, c, gpu_key, GPU_POD_OWNER, pods_only=True),
+        _with_owner(working, c, gpu_key, GPU_POD_OWNER, pods_only=True),
         job,
     )
     owner = (
@@ -236,7 +237,8 @@ def _slow_rank(t: Thresholds) -> Alert:
         t.slow_rank_for,
         "warning",
         "One GPU of a multi-GPU job is hollow or stalled while the job's other GPUs work",
-        "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on node {{ $labels.hostname }}, "
+        "GPU {{ $labels.gpu }} ({{ $labels.uuid }}{{ if $labels.gpu_instance }}, MIG instance"
+        " {{ $labels.gpu_instance }}{{ end }}) on node {{ $labels.hostname }}, "
         f"{owner}, has been hollow or stalled ({w} means) while at least as many of the job's GPUs worked: a"
         " straggler (data-loading skew, a bad node, a slow link in a collective) that the whole job"
         " waits for.",
@@ -261,19 +263,20 @@ def _slurm_straggler(t: Thresholds) -> str:
     key = f"{c}, {n.HOSTNAME}, {n.GPU}, {n.UUID}, {n.GPU_INSTANCE}, {n.SLURM_JOB}"
     counter = total(n.GPU_VERDICT_SECONDS)
 
-    def share(verdicts: tuple[str, ...]) -> str:
+    def mostly(verdicts: tuple[str, ...]) -> str:
+        """The GPUs over half of whose seconds fall in ``verdicts``, each once over scrape jobs."""
         matchers = f'{n.SLURM_JOB}!="", {n.VERDICT}=~"{"|".join(verdicts)}"'
         return (
             f"  sum by ({key}) (\n"
             f"    max by ({key}, {n.VERDICT}) (rate({counter}{{{matchers}}}[{w}]))\n  ) > 0.5"
         )
 
-    wasting = share((n.VERDICT_HOLLOW, n.VERDICT_STALLED))
+    wasting = mostly((n.VERDICT_HOLLOW, n.VERDICT_STALLED))
     named = (
         f'label_replace(label_replace(\n{wasting}\n, "{n.OWNER_KIND}", "{n.OWNER_KIND_SLURM_JOB}", "", ""),'
         f' "{n.OWNER_NAME}", "$1", "{n.SLURM_JOB}", "(.+)")'
     )
-    working = share((n.VERDICT_COMPUTE_BOUND, n.VERDICT_MEMORY_BOUND))
+    working = mostly((n.VERDICT_COMPUTE_BOUND, n.VERDICT_MEMORY_BOUND))
     return _straggler(named, working, f"{c}, {n.SLURM_JOB}")
 
 

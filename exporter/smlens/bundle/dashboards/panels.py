@@ -160,8 +160,9 @@ def table(
 ) -> Panel:
     """One row per series of the ``key`` column (name, expression); every other column is an expression
     restricted to those rows (matched on all labels, or ``on`` these). Sorted by ``sort_by``, the key
-    column by default. ``every_row``: the key selects no rows, each column answers alone, so that the
-    key is evaluated once, not once per column. ``min_interval``: the least $__interval."""
+    column by default. ``every_row``: the columns are not restricted to the key's rows (each answers
+    for every row it has), so that the key is evaluated once, not once per column. ``min_interval``: the
+    least $__interval."""
     key_name, key_expr = key
     matching = f"and on ({on})" if on else "and"
     queries = [Query(key_expr, instant=True)]

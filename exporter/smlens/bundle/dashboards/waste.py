@@ -27,6 +27,7 @@ CLASSES = (
     ((n.VERDICT_IDLE,), "Idle"),
     ((n.VERDICT_NO_PROFILING, n.VERDICT_UNKNOWN, n.VERDICT_DOWN), "Not judged"),
 )
+NO_OWNER = "(none)"  # the table rows' value of an empty owner label
 JOB_LEGEND = "{{namespace}} {{owner_kind}}/{{owner_name}}"
 NO_PRICES = (
     "no price table: cost needs thresholds.prices (Helm value thresholds.prices, docs/accounting.md);"
@@ -43,6 +44,16 @@ def _hours(e: Exprs, metric: str, level: str, selector: str, by: str) -> str:
     integral = f"sum_over_time({a.name(level, metric, e.w)}{selector}[$__range:$__interval])"
     per_hour = " * $__interval_ms / 3600000" if metric == a.SECONDS else " * $__interval_ms / 1000"
     return f"sum by ({by}) ({integral}){per_hour}"
+
+
+def _named(expr: str, by: str) -> str:
+    """``expr`` with NO_OWNER for its empty owner labels: Grafana's merge matches rows on the labels every
+    query's frame has, and Prometheus drops empty labels, so a column holding only spare capacity (no
+    namespace, no owner) would otherwise land in every row of its cluster."""
+    for label in (n.NAMESPACE, n.OWNER_KIND, n.OWNER_NAME):
+        if label in by.split(", "):
+            expr = f'label_replace({expr}, "{label}", "{NO_OWNER}", "{label}", "")'
+    return expr
 
 
 def _wasted(selector: str) -> str:
@@ -98,22 +109,28 @@ def _prices(e: Exprs) -> Panel:
 
 
 def _class_table(e: Exprs, metric: str, level: str, selector: str, by: str, title: str, what: str) -> Panel:
-    total = _hours(e, metric, level, selector, by)
+    total = _named(_hours(e, metric, level, selector, by), by)
     columns = [
-        (label, _hours(e, metric, level, selector[:-1] + f", {_matcher(codes)}}}", by))
+        (label, _named(_hours(e, metric, level, selector[:-1] + f", {_matcher(codes)}}}", by), by))
         for codes, label in CLASSES
     ]
     unit = "h" if metric == a.SECONDS else "none"
     return table(
         title,
         f"{what} over the dashboard's range, by the verdict class the GPUs were in, second by second"
-        f" ({e.t.window} means integrated), largest first; not judged: no profiling, unknown or down. A"
-        " MIG instance counts its share of its GPU.",
+        f" ({e.t.window} means integrated), largest first; not judged: no profiling, unknown or down;"
+        f" {NO_OWNER}: no workload (spare capacity) or, for a Slurm job, no namespace. A MIG instance counts"
+        " its share of its GPU.",
         ("Total", total),
         columns,
         on=by,
         overrides=[
-            {"matcher": {"id": "byRegexp", "options": ".*"}, "properties": [{"id": "unit", "value": unit}]}
+            {
+                "matcher": {"id": "byRegexp", "options": ".*"},
+                # A class with no series for a row is no time in it; the panel's own no-value text is
+                # for a table without any rows.
+                "properties": [{"id": "unit", "value": unit}, {"id": "noValue", "value": "0"}],
+            }
         ],
         no_value=NO_PRICES if metric == a.COST else NO_ACCOUNTING,
         every_row=True,
