@@ -1,6 +1,6 @@
 """The accounting counters of one GPU through a mix of work, against the wall clock.
 
-    PYTHONPATH=exporter python3 bench/accounting_mix.py [--gpu 0] [--out DIR]
+    PYTHONPATH=exporter python3 -m bench.accounting_mix [--gpu 0] [--out DIR]
 
 Runs ``smlens serve --metrics default,accounting`` on the GPU host and, one after another: nothing at
 all (no process on the GPU), Hugging Face GPT-2 training steps, a bf16 GEMM, and a process that holds

@@ -133,6 +133,9 @@ def _file_problems(path: str, words: list[str]) -> list[str]:
     target = REPO / path
     if not target.is_file():
         return [f"{path}: no such file"]
+    if path.startswith("bench/") and re.search(r"^(from|import) bench\b", target.read_text(), re.MULTILINE):
+        # Run as a file, a script's folder comes first on sys.path, not the checkout: no `bench` package.
+        return [f"{path}: imports the bench package, so it runs as python3 -m {path[:-3].replace('/', '.')}"]
     passes, to = PASSES_ON.get(path, ("", None))
     own, after = _until_dashes(words)
     problems = []
@@ -200,6 +203,7 @@ def test_every_command_the_docs_run_exists(document: Path) -> None:
 
 
 def test_the_checker_catches_commands_that_do_not_exist_and_spares_others() -> None:
+    as_module = "python3 -m bench.accounting_mix"
     doc = "\n".join(
         (
             "Run `smlens frobnicate --fast` and `smlens serve --no-such-flag` now.",  # 1
@@ -212,6 +216,7 @@ def test_the_checker_catches_commands_that_do_not_exist_and_spares_others() -> N
             "PYTHONPATH=exporter python3 -m bench.truth --no-gpu | tee log",  # 8
             "python3 -m bench.nothing --x",  # 9
             "kubectl -n monitoring exec ds/smlens -- smlens check --seconds 3 > out.txt",  # 10
+            "PYTHONPATH=exporter python3 bench/accounting_mix.py --out o",  # 11: needs -m
             "```",
             # Commands that exist, and other programs' commands:
             "`smlens serve --backend sim --listen 127.0.0.1:0`, `smlens --version`, `smlens_backend_up`,",
@@ -237,4 +242,5 @@ def test_the_checker_catches_commands_that_do_not_exist_and_spares_others() -> N
         (8, "python3 -m bench.truth --no-gpu: not an option of it"),
         (9, "python3 -m bench.nothing: no module to run"),
         (10, "smlens check --seconds: no such option"),
+        (11, f"bench/accounting_mix.py: imports the bench package, so it runs as {as_module}"),
     ]
