@@ -85,7 +85,10 @@ sys.path.insert(0, str(REPO / "exporter"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import free_port, wait_ready  # noqa: E402
-from promstack import substitute  # noqa: E402
+from promstack import run_rules_generator, substitute  # noqa: E402
+from smlens import names as n  # noqa: E402
+from smlens.bundle import promql  # noqa: E402
+from smlens.bundle.rules import ACCOUNTING_FILE, PRICES_FILE  # noqa: E402
 from smlens.exposition.live import SnapshotAge, live_registry, render_live  # noqa: E402
 from smlens.exposition.rendered import Rendered  # noqa: E402
 from smlens.exposition.selection import parse_selection  # noqa: E402
@@ -114,12 +117,10 @@ BUDGETS = {
 # A series is recorded if its name has the level:metric:operations shape.
 RECORDED = re.compile(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+")
 # The accounting group's families, the rule groups and files that read them and the dashboard.
-VERDICT_SECONDS = "gpu_verdict_seconds_total"
-MIG_SHARE = "gpu_mig_sm_share_ratio"
-ACCOUNTING_FAMILIES = (VERDICT_SECONDS, MIG_SHARE)
+VERDICT_SECONDS = promql.total(n.GPU_VERDICT_SECONDS)
+ACCOUNTING_FAMILIES = (VERDICT_SECONDS, n.GPU_MIG_SM_SHARE_RATIO)
 ACCOUNTING_GROUPS = ("smlens-accounting", "smlens-accounting-alerts", "smlens-prices")
-ACCOUNTING_FILES = ("smlens-accounting.rules.yaml", "smlens-prices.rules.yaml")
-PRICES_FILE = "smlens-prices.rules.yaml"
+ACCOUNTING_FILES = (ACCOUNTING_FILE, PRICES_FILE)
 WASTE_DASHBOARD = "smlens-waste.json"
 CURRENCY = "USD"
 # Per verdict class of a GPU's sim profile, the classes its seconds pass through in the 5 minutes an
@@ -454,25 +455,8 @@ def bundle_rules(bundle: Path, args: argparse.Namespace, workdir: Path) -> tuple
     prices: dict[str, Any] = {"on": False}
     if args.accounting and args.price_per_gpu_hour > 0:
         table = {"currency": CURRENCY, "gpu_hour": {sim_model(args.scrape): args.price_per_gpu_hour}}
-        overrides = workdir / "prices.yaml"
-        overrides.write_text(yaml.safe_dump({"prices": table}))
         out = workdir / "rules"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "smlens.bundle",
-                "rules",
-                "--thresholds",
-                str(overrides),
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(bundle / "exporter")},
-            timeout=300,
-        )
+        done = run_rules_generator(out, {"prices": table}, bundle / "exporter")
         if done.returncode == 0:
             files = sorted(out.glob("*.rules.yaml"))
             # The other files should be the shipped ones: if not, the checkout's rules/ are stale.
@@ -488,7 +472,7 @@ def bundle_rules(bundle: Path, args: argparse.Namespace, workdir: Path) -> tuple
             prices = {
                 "on": True,
                 **table,
-                "rules_generated_by": "python -m smlens.bundle rules --thresholds <prices.yaml> --out <dir>",
+                "rules_generated_by": "python -m smlens.bundle rules --thresholds <overrides> --out <dir>",
                 "generated_files_not_as_shipped": differ,
             }
         else:

@@ -40,27 +40,27 @@ def require_any(*names: str) -> str:
     raise AssertionError("unreachable")
 
 
-def generate_rules(directory: Path, overrides: Mapping[str, Any]) -> list[Path]:
-    """Rule files for the shipped thresholds with ``overrides``, written by ``python -m smlens.bundle``."""
+def run_rules_generator(
+    directory: Path, overrides: Mapping[str, Any], source: Path = REPO / "exporter"
+) -> subprocess.CompletedProcess[str]:
+    """``python -m smlens.bundle rules`` of the smlens at ``source``: its thresholds with ``overrides``,
+    the rule files written into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     overrides_file = directory / "thresholds-overrides.yaml"
     overrides_file.write_text(yaml.safe_dump(dict(overrides)))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "smlens.bundle",
-            "rules",
-            "--out",
-            str(directory),
-            "--thresholds",
-            str(overrides_file),
-        ],
+    argv = [sys.executable, "-m", "smlens.bundle", "rules", "--out", str(directory)]
+    return subprocess.run(
+        [*argv, "--thresholds", str(overrides_file)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO / "exporter")},
-        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(source)},
+        timeout=300,
     )
+
+
+def generate_rules(directory: Path, overrides: Mapping[str, Any]) -> list[Path]:
+    """Rule files for the shipped thresholds with ``overrides``, written by ``python -m smlens.bundle``."""
+    result = run_rules_generator(directory, overrides)
     assert result.returncode == 0, result.stderr
     return sorted(directory.glob("*.rules.yaml"))
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from smlens import names as n
 from smlens.bundle.alerts import Alert, alert_rule
 from smlens.bundle.layers import GPU, hollow_name, mean_name, stalled_name
-from smlens.bundle.promql import by, number, quoted, total
+from smlens.bundle.promql import by, number, one_of, quoted, total
 from smlens.bundle.series import SM_ACTIVE_MEAN, UTILIZATION_MEAN
 from smlens.verdicts.thresholds import Prices, Thresholds
 
@@ -88,6 +88,14 @@ def top_owner(cluster: str, window: str) -> str:
     return f"topk by ({cluster}, {n.NAMESPACE}, {n.POD}) (1,\n{union}\n)"
 
 
+def _owned_by(expr: str, kind: str, source: str) -> str:
+    """``expr`` with owner_kind ``kind`` and owner_name the value of its label ``source``."""
+    return (
+        f'label_replace(label_replace(\n{expr}\n, "{n.OWNER_KIND}", "{kind}", "", ""),'
+        f' "{n.OWNER_NAME}", "$1", "{source}", "(.+)")'
+    )
+
+
 def _with_owner(series: Matched, cluster: str, gpu_key: str, owners: str, pods_only: bool = False) -> str:
     """``series`` (of the series' own matchers) with owner labels: the top owner of its pod (``owners``:
     top_owner's expression or its recorded series), else its pod, else its Slurm job, else none;
@@ -98,11 +106,7 @@ def _with_owner(series: Matched, cluster: str, gpu_key: str, owners: str, pods_o
         f" group_left ({n.OWNER_KIND}, {n.OWNER_NAME}) (\n{owners}\n)"
     ]
     for matchers, kind, source in FALLBACKS[:1] if pods_only else FALLBACKS:
-        relabelled = (
-            f'label_replace(label_replace(\n{series(matchers)}\n, "{n.OWNER_KIND}", "{kind}", "", ""),'
-            f' "{n.OWNER_NAME}", "$1", "{source}", "(.+)")'
-        )
-        branches.append(f"or on ({gpu_key})\n{relabelled}")
+        branches.append(f"or on ({gpu_key})\n{_owned_by(series(matchers), kind, source)}")
     if not pods_only:
         branches.append(f"or\n{series(NO_WORKLOAD)}")
     return "\n".join(branches)
@@ -265,17 +269,14 @@ def _slurm_straggler(t: Thresholds) -> str:
 
     def mostly(verdicts: tuple[str, ...]) -> str:
         """The GPUs over half of whose seconds fall in ``verdicts``, each once over scrape jobs."""
-        matchers = f'{n.SLURM_JOB}!="", {n.VERDICT}=~"{"|".join(verdicts)}"'
+        matchers = f'{n.SLURM_JOB}!="", {one_of(n.VERDICT, verdicts)}'
         return (
             f"  sum by ({key}) (\n"
             f"    max by ({key}, {n.VERDICT}) (rate({counter}{{{matchers}}}[{w}]))\n  ) > 0.5"
         )
 
     wasting = mostly((n.VERDICT_HOLLOW, n.VERDICT_STALLED))
-    named = (
-        f'label_replace(label_replace(\n{wasting}\n, "{n.OWNER_KIND}", "{n.OWNER_KIND_SLURM_JOB}", "", ""),'
-        f' "{n.OWNER_NAME}", "$1", "{n.SLURM_JOB}", "(.+)")'
-    )
+    named = _owned_by(wasting, n.OWNER_KIND_SLURM_JOB, n.SLURM_JOB)
     working = mostly((n.VERDICT_COMPUTE_BOUND, n.VERDICT_MEMORY_BOUND))
     return _straggler(named, working, f"{c}, {n.SLURM_JOB}")
 

@@ -15,6 +15,11 @@ def quoted(text: str) -> str:
     return json.dumps(text)
 
 
+def one_of(label: str, values: Sequence[str]) -> str:
+    """A matcher of ``label`` for any of ``values``: equality for one, a regex for several."""
+    return f"{label}={quoted(values[0])}" if len(values) == 1 else f'{label}=~"{"|".join(values)}"'
+
+
 def by(labels: Sequence[str]) -> str:
     return f"by ({', '.join(labels)}) " if labels else ""
 

@@ -12,7 +12,7 @@ from smlens.bundle.dashboards.queries import Exprs
 from smlens.bundle.dashboards.sections import RULES_FIX, RULES_STRIP, optional_group
 from smlens.bundle.grafana import JSON, Panel, Query, Row, Variable, dashboard
 from smlens.bundle.layers import TOP_GPUS
-from smlens.bundle.promql import total
+from smlens.bundle.promql import one_of, total
 from smlens.verdicts.thresholds import Thresholds
 
 # Columns of the tables, in the order people read them: what worked, what wasted, the rest; each the
@@ -58,12 +58,8 @@ def _named(expr: str, by: str) -> str:
 
 def _wasted(selector: str) -> str:
     """The selector, narrowed to the classes in which a workload's GPUs are wasted."""
-    wasted = "|".join((*n.WASTED_VERDICTS, *n.WASTED_WHEN_HELD))
-    return selector[:-1] + f', {n.VERDICT}=~"{wasted}", {n.OWNER_KIND}!=""}}'
-
-
-def _matcher(codes: tuple[str, ...]) -> str:
-    return f'{n.VERDICT}="{codes[0]}"' if len(codes) == 1 else f'{n.VERDICT}=~"{"|".join(codes)}"'
+    wasted = one_of(n.VERDICT, (*n.WASTED_VERDICTS, *n.WASTED_WHEN_HELD))
+    return selector[:-1] + f', {wasted}, {n.OWNER_KIND}!=""}}'
 
 
 def _check(e: Exprs) -> Panel:
@@ -111,7 +107,7 @@ def _prices(e: Exprs) -> Panel:
 def _class_table(e: Exprs, metric: str, level: str, selector: str, by: str, title: str, what: str) -> Panel:
     total = _named(_hours(e, metric, level, selector, by), by)
     columns = [
-        (label, _named(_hours(e, metric, level, selector[:-1] + f", {_matcher(codes)}}}", by), by))
+        (label, _named(_hours(e, metric, level, selector[:-1] + f", {one_of(n.VERDICT, codes)}}}", by), by))
         for codes, label in CLASSES
     ]
     unit = "h" if metric == a.SECONDS else "none"
@@ -167,9 +163,7 @@ def _over_time(e: Exprs, selector: str) -> Panel:
 
 
 def _week_over_week(e: Exprs, selector: str) -> list[Panel]:
-    wasted = (
-        f'{a.name("cluster", a.SECONDS, e.w)}{selector[:-1]}, {n.VERDICT}=~"{"|".join(n.WASTED_VERDICTS)}"}}'
-    )
+    wasted = f"{a.name('cluster', a.SECONDS, e.w)}{selector[:-1]}, {one_of(n.VERDICT, n.WASTED_VERDICTS)}}}"
     hours = "* $__interval_ms / 3600000"
     week = f"sum_over_time(sum({wasted})[7d:$__interval]) {hours}"
     before = f"sum_over_time(sum({wasted} offset 7d)[7d:$__interval]) {hours}"
