@@ -130,6 +130,8 @@ def test_the_dashboards_gpu_hours_per_job_and_class_are_the_truth_within_the_bou
         column = (*key[:-1], column_of[key[-1]])
         bound[column] = bound.get(column, 0.0) + seconds * PER_INCARNATION / SCRAPE
     assert set(found) == {k for k, v in truth.items() if v > 0}
+    worst = max(abs(found.get(k, 0.0) - truth[k]) for k in truth)
+    print(f"{hours} h: largest miss {worst:.1f} GPU-s per job and class of {sum(truth.values()):,.0f}")
     off = {k: (found[k], truth[k], bound[k]) for k in truth if abs(found.get(k, 0.0) - truth[k]) > bound[k]}
     assert not off, off
     answered = _query(url, substitute(total, {"cluster": ".*", "namespace": ".*"}, builtins), asked)
